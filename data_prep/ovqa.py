@@ -1,0 +1,338 @@
+"""OVQA converter: the FrozenBiLM / Just Ask release (CSVs + frame-feature dict) -> TFRecord records.
+
+    python -m data_prep.ovqa --csv-dir D --features F [--subtitles S] --out OUT \
+        [--num-frames 10] [--feature-dim 768] [--cvqa-topk 4000] [--skip-bad] [--num-shards N]
+
+Input (REFERENCE.md section 1, "Data"):
+  D/train.csv, D/test.csv (required), D/val.csv (optional): columns question, answer, video_id, and optionally
+      type (question type; MSRVTT/MSVD 0-5 = what/how/color/where/who/when) and id. Read as text, so answers such
+      as "none" or "null" stay strings.
+  F: video_id -> float [T_video, feature_dim] (.pth torch dict, .npy pickled dict, .npz, HDF5; see features.py).
+  S (optional): subtitles, JSON (or FrozenBiLM .pkl) video_id -> text.
+
+Output OUT (replaced as a whole, atomically: built in a temporary sibling directory and renamed into place):
+  {split}-*.tfrecord(.idx)  one record per converted CSV row, splits train / val (when D has it) / test
+  {split}.csv               copies of the CSVs holding exactly the converted rows, in order (for the evaluator)
+  vocab.json                {"train_counts": {answer: count}, "vocab_train": [...], "vocab_test": [...],
+                             "vocab_cvqa": [...], "categories": {answer: "base"|"common"|"rare"|"unseen"}}
+  metadata.json             spec + splits (evqa_jax.data.records) and "task": "ovqa", "num_frames", "feature_dim",
+                            "vocab_file", "csv_files", "cvqa_topk", "has_subtitles", "conversion" (per split:
+                            converted, skipped per reason, the first skipped rows with their messages)
+
+Record schema (one record per row):
+  index          int64 []          row index in OUT/{split}.csv (= the source CSV row when nothing was skipped)
+  id             string []         the CSV's `id`, or the source CSV row index as text when there is no id column
+  video_id       string []
+  question       string []
+  answer         string []
+  question_type  int64 []          the CSV's `type`, -1 when the column is absent or the cell empty
+  subtitles      string []         "" when the video has none
+  video          float16 [T, dim]  T = num_frames: frames floor(j * T_video / T) when T_video > T, else all
+                                   frames followed by zero rows
+  video_mask     int64 [T]         1 on real frames, 0 on padding
+
+Vocabularies: vocab_train = every train answer, most frequent first, ties alphabetical; vocab_test = the answers
+of the test split, those in vocab_train in vocab_train order, then unseen ones alphabetically; vocab_cvqa = the
+first k of vocab_train (k = --cvqa-topk, 0 = all). Category of an answer by its train count c: base c >= 101,
+common 11..100, rare 1..10, unseen 0.
+
+Bad rows (empty question or answer, non-integer type, video id missing from F, features that are not a finite
+float [T_video >= 1, dim] array) raise ConversionError naming the CSV file, row and field; with --skip-bad they are
+skipped and counted per reason. A missing column or a missing train/test CSV is always an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import math
+import os
+import shutil
+import sys
+import tempfile
+from typing import Iterator, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from evqa_jax import io as evqa_io
+from evqa_jax.data import records
+from evqa_jax.data.example import Feature
+from data_prep import features as features_lib
+
+SPLITS = ("train", "val", "test")
+REQUIRED_SPLITS = ("train", "test")
+REQUIRED_COLUMNS = ("question", "answer", "video_id")
+CATEGORIES = ("base", "common", "rare", "unseen")
+BASE_MIN_COUNT = 101
+COMMON_MIN_COUNT = 11
+BAD_REASONS = ("empty_question", "empty_answer", "bad_type", "unknown_video", "bad_features")
+VOCAB_FILE = "vocab.json"
+EXAMPLES_PER_SHARD = 4096
+_MAX_LISTED_SKIPS = 100
+_CACHE_VIDEOS = 4096
+
+
+class ConversionError(ValueError):
+  """Bad converter input; the message names the file, and the row and field where there is one."""
+
+
+def record_spec(num_frames: int = 10, feature_dim: int = 768) -> dict[str, Feature]:
+  """The feature spec of an OVQA record (see the module docstring)."""
+  return {
+      "index": Feature("int64", ()),
+      "id": Feature("string", ()),
+      "video_id": Feature("string", ()),
+      "question": Feature("string", ()),
+      "answer": Feature("string", ()),
+      "question_type": Feature("int64", ()),
+      "subtitles": Feature("string", ()),
+      "video": Feature("float16", (num_frames, feature_dim)),
+      "video_mask": Feature("int64", (num_frames,)),
+  }
+
+
+def answer_category(train_count: int) -> str:
+  """base (>= 101 train occurrences), common (11..100), rare (1..10) or unseen (0)."""
+  if train_count >= BASE_MIN_COUNT:
+    return "base"
+  if train_count >= COMMON_MIN_COUNT:
+    return "common"
+  if train_count >= 1:
+    return "rare"
+  return "unseen"
+
+
+def build_vocab(train_answers: Sequence[str], test_answers: Sequence[str], cvqa_topk: int = 0) -> dict:
+  """The vocab.json content for the given answer columns (see the module docstring)."""
+  counts = collections.Counter(train_answers)
+  vocab_train = [a for a, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+  test_set = set(test_answers)
+  vocab_test = [a for a in vocab_train if a in test_set] + sorted(test_set - set(counts))
+  vocab_cvqa = vocab_train[:cvqa_topk] if cvqa_topk > 0 else list(vocab_train)
+  categories = {a: answer_category(counts.get(a, 0)) for a in vocab_train + vocab_test}
+  return {
+      "train_counts": {a: counts[a] for a in vocab_train},
+      "vocab_train": vocab_train,
+      "vocab_test": vocab_test,
+      "vocab_cvqa": vocab_cvqa,
+      "categories": categories,
+  }
+
+
+def read_split_csv(path: str) -> pd.DataFrame:
+  """Reads one split's CSV as text (no NaN conversion); ConversionError on a missing file or column."""
+  if not os.path.exists(path):
+    raise ConversionError(f"split file {path} does not exist")
+  try:
+    df = pd.read_csv(path, dtype=str, keep_default_na=False)
+  except Exception as e:
+    raise ConversionError(f"{path}: cannot read as CSV ({e})") from e
+  missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
+  if missing:
+    raise ConversionError(
+        f"{path}: missing column(s) {missing} (columns: {list(df.columns)}; required: {list(REQUIRED_COLUMNS)})")
+  return df
+
+
+class _BadRow(Exception):
+
+  def __init__(self, reason: str, field: str, message: str):
+    super().__init__(message)
+    self.reason = reason
+    self.field = field
+    self.message = message
+
+
+class _VideoCache:
+  """Sampled features per video id (rows of one video are usually adjacent; many videos repeat)."""
+
+  def __init__(self, store: features_lib.FeatureStore, num_frames: int, feature_dim: int):
+    self.store = store
+    self.num_frames = num_frames
+    self.feature_dim = feature_dim
+    self._cache: collections.OrderedDict = collections.OrderedDict()
+
+  def get(self, video_id: str):
+    if video_id in self._cache:
+      self._cache.move_to_end(video_id)
+      value = self._cache[video_id]
+    else:
+      value = self._load(video_id)
+      self._cache[video_id] = value
+      if len(self._cache) > _CACHE_VIDEOS:
+        self._cache.popitem(last=False)
+    if isinstance(value, _BadRow):
+      raise value
+    return value
+
+  def _load(self, video_id: str):
+    if not video_id or video_id not in self.store:
+      return _BadRow("unknown_video", "video_id",
+                     f"unknown video id {video_id!r} (not in the feature file {self.store.path})")
+    try:
+      x = features_lib.check_video(
+          self.store[video_id], self.feature_dim, f"video {video_id!r} in {self.store.path}")
+    except features_lib.FeatureError as e:
+      return _BadRow("bad_features", "video_id", str(e))
+    return features_lib.sample_frames(x, self.num_frames)
+
+
+def _row_example(row: Mapping[str, str], index: int, source_row: int, has_type: bool, has_id: bool,
+                 videos: _VideoCache, subtitles: Mapping[str, str]) -> dict:
+  question = row["question"]
+  answer = row["answer"]
+  video_id = row["video_id"].strip()
+  if not question.strip():
+    raise _BadRow("empty_question", "question", "empty question")
+  if not answer.strip():
+    raise _BadRow("empty_answer", "answer", "empty answer")
+  question_type = -1
+  if has_type and row["type"].strip():
+    try:
+      question_type = int(row["type"].strip())
+    except ValueError:
+      raise _BadRow("bad_type", "type", f"question type {row['type']!r} is not an integer") from None
+  video, mask = videos.get(video_id)
+  return {
+      "index": np.int64(index),
+      "id": row["id"] if has_id else str(source_row),
+      "video_id": video_id,
+      "question": question,
+      "answer": answer,
+      "question_type": np.int64(question_type),
+      "subtitles": subtitles.get(video_id, ""),
+      "video": video,
+      "video_mask": mask,
+  }
+
+
+def _swap_into_place(tmp_dir: str, out_dir: str) -> None:
+  if os.path.lexists(out_dir) and not os.path.isdir(out_dir):
+    raise ConversionError(f"--out {out_dir} exists and is not a directory")
+  old = None
+  if os.path.exists(out_dir):
+    old = tempfile.mkdtemp(prefix=f".{os.path.basename(out_dir)}.old-", dir=os.path.dirname(out_dir))
+    os.rmdir(old)
+    os.rename(out_dir, old)
+  os.rename(tmp_dir, out_dir)
+  if old is not None:
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def convert(csv_dir: str, features: str, out_dir: str, *, subtitles: str | None = None, num_frames: int = 10,
+            feature_dim: int = 768, cvqa_topk: int = 4000, skip_bad: bool = False, num_shards: int | None = None,
+            verbose: bool = True) -> dict:
+  """Converts an OVQA release into `out_dir` (see the module docstring); returns the "conversion" summary.
+
+  Raises ConversionError on bad input (unless `skip_bad` and the problem is confined to rows); nothing is
+  left at `out_dir` (nor changed there) when it raises.
+  """
+  if num_frames < 1 or feature_dim < 1:
+    raise ConversionError(f"num_frames ({num_frames}) and feature_dim ({feature_dim}) must be >= 1")
+  csv_paths = {s: os.path.join(csv_dir, f"{s}.csv") for s in SPLITS}
+  splits = [s for s in SPLITS if s in REQUIRED_SPLITS or os.path.exists(csv_paths[s])]
+  frames = {s: read_split_csv(csv_paths[s]) for s in splits}
+  subs = features_lib.load_subtitles(subtitles) if subtitles else {}
+  spec = record_spec(num_frames, feature_dim)
+
+  out_dir = os.path.abspath(out_dir)
+  parent = os.path.dirname(out_dir)
+  os.makedirs(parent, exist_ok=True)
+  tmp_dir = tempfile.mkdtemp(prefix=f".{os.path.basename(out_dir)}.tmp-", dir=parent)
+  os.chmod(tmp_dir, 0o755)
+  summary = {}
+  kept_rows: dict[str, list[int]] = {}
+  try:
+    with features_lib.FeatureStore(features) as store:
+      videos = _VideoCache(store, num_frames, feature_dim)
+      for split in splits:
+        df = frames[split]
+        kept = kept_rows[split] = []
+        skipped = collections.Counter()
+        skipped_rows: list[dict] = []
+        has_type, has_id = "type" in df.columns, "id" in df.columns
+
+        def examples(df=df, split=split, kept=kept, skipped=skipped, skipped_rows=skipped_rows,
+                     has_type=has_type, has_id=has_id) -> Iterator[dict]:
+          for row_idx, row in enumerate(df.to_dict("records")):
+            try:
+              ex = _row_example(row, len(kept), row_idx, has_type, has_id, videos, subs)
+            except _BadRow as bad:
+              where = f"{csv_paths[split]}, row {row_idx} (line {row_idx + 2}), field {bad.field!r}"
+              if not skip_bad:
+                raise ConversionError(f"{where}: {bad.message} (use --skip-bad to skip such rows)") from None
+              skipped[bad.reason] += 1
+              if len(skipped_rows) < _MAX_LISTED_SKIPS:
+                skipped_rows.append({"row": row_idx, "reason": bad.reason, "message": f"{where}: {bad.message}"})
+              continue
+            kept.append(row_idx)
+            yield ex
+
+        shards = num_shards or max(1, math.ceil(len(df) / EXAMPLES_PER_SHARD))
+        records.write_split(tmp_dir, split, examples(), spec, num_shards=shards)
+        if split in REQUIRED_SPLITS and not kept:
+          raise ConversionError(f"{csv_paths[split]}: no usable rows ({len(df)} rows, skipped {dict(skipped)})")
+        with evqa_io.atomic_path(os.path.join(tmp_dir, f"{split}.csv")) as tmp:
+          df.iloc[kept].to_csv(tmp, index=False)
+        summary[split] = {
+            "rows": len(df),
+            "converted": len(kept),
+            "skipped": {r: skipped[r] for r in BAD_REASONS if skipped[r]},
+            "skipped_rows": skipped_rows,
+        }
+        if verbose:
+          reasons = ", ".join(f"{r}: {n}" for r, n in summary[split]["skipped"].items()) or "none"
+          print(f"{split}: converted {len(kept)} of {len(df)} rows, skipped {len(df) - len(kept)} ({reasons})")
+
+    train_answers = frames["train"]["answer"].iloc[kept_rows["train"]].tolist()
+    test_answers = frames["test"]["answer"].iloc[kept_rows["test"]].tolist()
+    vocab = build_vocab(train_answers, test_answers, cvqa_topk)
+    evqa_io.write_json(os.path.join(tmp_dir, VOCAB_FILE), vocab, indent=1)
+    records.update_metadata(
+        tmp_dir,
+        task="ovqa",
+        num_frames=num_frames,
+        feature_dim=feature_dim,
+        vocab_file=VOCAB_FILE,
+        csv_files={s: f"{s}.csv" for s in splits},
+        cvqa_topk=cvqa_topk,
+        has_subtitles=bool(subs),
+        conversion=summary,
+        source={"csv_dir": os.path.abspath(csv_dir), "features": os.path.abspath(features),
+                "subtitles": os.path.abspath(subtitles) if subtitles else None},
+    )
+    _swap_into_place(tmp_dir, out_dir)
+  except BaseException:
+    shutil.rmtree(tmp_dir, ignore_errors=True)
+    raise
+  return summary
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  parser = argparse.ArgumentParser(prog="python -m data_prep.ovqa", description=__doc__.split("\n")[0])
+  parser.add_argument("--csv-dir", required=True, help="directory with train.csv, test.csv and optionally val.csv")
+  parser.add_argument("--features", required=True, help="feature dict: .pth, .npy, .npz or .h5")
+  parser.add_argument("--subtitles", default=None, help="optional JSON (or .pkl) video_id -> subtitle text")
+  parser.add_argument("--out", required=True, help="output directory (replaced as a whole)")
+  parser.add_argument("--num-frames", type=int, default=10)
+  parser.add_argument("--feature-dim", type=int, default=768)
+  parser.add_argument("--cvqa-topk", type=int, default=4000, help="closed vocabulary size (0 = all train answers)")
+  parser.add_argument("--skip-bad", action="store_true", help="skip and count bad rows instead of failing")
+  parser.add_argument("--num-shards", type=int, default=None,
+                      help=f"shards per split (default: one per {EXAMPLES_PER_SHARD} rows)")
+  args = parser.parse_args(argv)
+  try:
+    convert(args.csv_dir, args.features, args.out, subtitles=args.subtitles, num_frames=args.num_frames,
+            feature_dim=args.feature_dim, cvqa_topk=args.cvqa_topk, skip_bad=args.skip_bad,
+            num_shards=args.num_shards)
+  except (ConversionError, features_lib.FeatureError) as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 1
+  from data_prep import answer_stats
+  print(answer_stats.format_table1(answer_stats.table1_from_dir(args.out)))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,196 @@
+"""OVQA evaluator: per-category accuracy, total, mAcc and BNG of prediction files.
+
+Usage:
+  python -m evqa_jax.evaluate.ovqa --train-csv train.csv --test-csv test.csv --pred preds.csv --out metrics.json
+  python -m evqa_jax.evaluate.ovqa --train-csv train.csv --test-csv test.csv \
+      --pred a.csv --label FrozenBiLM --pred b.csv --label FrozenBiLM+ --out metrics.json --plot long_tail.png
+
+Inputs:
+  train/test CSV: the FrozenBiLM / Just Ask layout, with an `answer` column (other columns are ignored).
+  prediction CSV: columns `index` (row index in the test CSV, 0-based, counting data rows) and `prediction` (the
+    answer string). A test row without a prediction is wrong; an index that is not a row of the test CSV, a repeated
+    index or a missing column is an error.
+All strings are read verbatim (no NaN conversion: answers such as "none" or "null" stay strings).
+
+Output (--out): with one prediction file, the flat metrics of `evqa_jax.metrics.ovqa.ovqa_metrics` (base, common,
+rare, unseen, non_base, total, mAcc, BNG in percent; num_samples_*, num_answers_*, num_correct_*) plus "table1" (the
+answer statistics of the OVQA paper's Table 1). With several, {"models": {label: metrics}, "table1": ...}.
+--plot draws each answer's test accuracy against its train frequency (symlog x so that unseen answers, count 0, show),
+with one line per model of the mean per-answer accuracy in frequency bins (powers of two) and the category borders.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from typing import Optional, Sequence
+
+import numpy as np
+import pandas as pd
+
+from evqa_jax import io
+from evqa_jax.evaluate import json_safe
+from evqa_jax.metrics import ovqa as ovqa_metrics_lib
+
+CATEGORIES = ovqa_metrics_lib.CATEGORIES
+
+
+def _read_csv(path: str, columns: Sequence[str], what: str) -> pd.DataFrame:
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f"{what} {path} does not exist")
+  try:
+    df = pd.read_csv(path, dtype=str, keep_default_na=False)
+  except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+    raise ValueError(f"{what} {path}: cannot parse CSV ({e})") from None
+  missing = [c for c in columns if c not in df.columns]
+  if missing:
+    raise ValueError(f"{what} {path}: missing column(s) {missing}; found {list(df.columns)}")
+  return df
+
+
+def read_answers(path: str, what: str = "answers CSV") -> list[str]:
+  """The `answer` column of a train/test CSV, verbatim."""
+  return _read_csv(path, ["answer"], what)["answer"].tolist()
+
+
+def read_predictions(path: str, num_test: int) -> list[Optional[str]]:
+  """Predictions aligned with the test rows, [num_test]; None where the file has no row for that index."""
+  df = _read_csv(path, ["index", "prediction"], "prediction CSV")
+  preds: list[Optional[str]] = [None] * num_test
+  seen = set()
+  for line, (raw_idx, pred) in enumerate(zip(df["index"], df["prediction"]), start=2):
+    try:
+      idx = int(str(raw_idx).strip())
+    except ValueError:
+      raise ValueError(f"prediction CSV {path} line {line}: index {raw_idx!r} is not an integer") from None
+    if not 0 <= idx < num_test:
+      raise ValueError(f"prediction CSV {path} line {line}: index {idx} is not a row of the test CSV "
+                       f"(it has {num_test} rows, indices 0..{num_test - 1})")
+    if idx in seen:
+      raise ValueError(f"prediction CSV {path} line {line}: index {idx} is predicted twice")
+    seen.add(idx)
+    preds[idx] = pred
+  return preds
+
+
+def format_table(results: dict[str, dict], stats: dict[str, dict[str, int]]) -> str:
+  """Plain-text table: one row per model, then the per-category sample and answer counts."""
+  cols = list(CATEGORIES) + ["total", "mAcc", "BNG"]
+  width = max([len("#test answers")] + [len(k) for k in results]) + 2
+  lines = ["".join([f"{'model':<{width}}"] + [f"{c:>9}" for c in cols])]
+  for label, m in results.items():
+    cells = []
+    for c in cols:
+      v = m[c]
+      cells.append(f"{'-':>9}" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:9.2f}")
+    lines.append(f"{label:<{width}}" + "".join(cells))
+  first = next(iter(results.values()))
+  lines.append(f"{'#test samples':<{width}}" + "".join(f"{first[f'num_samples_{c}']:>9}" for c in CATEGORIES)
+               + f"{first['num_samples_total']:>9}")
+  lines.append(f"{'#test answers':<{width}}" + "".join(f"{first[f'num_answers_{c}']:>9}" for c in CATEGORIES)
+               + f"{first['num_answers_total']:>9}")
+  lines.append(f"{'#answers (T1)':<{width}}" + "".join(f"{stats['num_answers'][c]:>9}" for c in CATEGORIES)
+               + f"{stats['num_answers']['total']:>9}")
+  return "\n".join(lines)
+
+
+def binned_accuracy(counts: np.ndarray, accuracies: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """Mean per-answer accuracy in train-frequency bins: {0} and [2^k, 2^(k+1)).
+
+  Args:
+    counts: train count of each test answer, [answers]; accuracies: its test accuracy in %, [answers].
+  Returns:
+    (x, mean accuracy, number of answers) per non-empty bin; x is the bin's geometric-mean count (0 for unseen).
+  """
+  counts = np.asarray(counts, dtype=np.int64)
+  accuracies = np.asarray(accuracies, dtype=np.float64)
+  bins = np.where(counts > 0, np.floor(np.log2(np.maximum(counts, 1))).astype(np.int64) + 1, 0)
+  xs, ys, ns = [], [], []
+  for b in np.unique(bins):
+    sel = bins == b
+    xs.append(0.0 if b == 0 else float(np.exp(np.mean(np.log(counts[sel])))))
+    ys.append(float(accuracies[sel].mean()))
+    ns.append(int(sel.sum()))
+  return np.asarray(xs), np.asarray(ys), np.asarray(ns)
+
+
+def plot_long_tail(train_counts: dict[str, int], gt_answers: Sequence[str],
+                   predictions: dict[str, Sequence[Optional[str]]], path: str) -> None:
+  """Per-answer accuracy vs train frequency, one binned line per model; written atomically to `path` (PNG)."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  fig, ax = plt.subplots(figsize=(7.5, 4.5))
+  for k, (label, preds) in enumerate(predictions.items()):
+    per_answer = ovqa_metrics_lib.per_answer_accuracy(gt_answers, preds)
+    answers = sorted(per_answer)
+    counts = np.array([train_counts.get(a, 0) for a in answers])
+    acc = np.array([100.0 * per_answer[a][0] / per_answer[a][1] for a in answers])
+    color = f"C{k % 10}"
+    ax.scatter(counts, acc, s=6, alpha=0.25, color=color, linewidths=0)
+    x, y, _ = binned_accuracy(counts, acc)
+    ax.plot(x, y, marker="o", ms=4, color=color, label=label)
+  ax.set_xscale("symlog", linthresh=1.0)
+  for border in (ovqa_metrics_lib.RARE_MIN_COUNT - 0.5, ovqa_metrics_lib.COMMON_MIN_COUNT - 0.5,
+                 ovqa_metrics_lib.BASE_MIN_COUNT - 0.5):
+    ax.axvline(border, color="red", lw=0.8, ls="--")
+  ax.set_xlabel("answer frequency in train (symlog; 0 = unseen)")
+  ax.set_ylabel("per-answer test accuracy (%)")
+  ax.set_ylim(-2, 102)
+  ax.set_title("OVQA long tail: accuracy vs answer frequency")
+  ax.legend(loc="lower right")
+  fig.tight_layout()
+  with io.atomic_path(path) as tmp:
+    fig.savefig(tmp, format="png", dpi=120)
+  plt.close(fig)
+
+
+def evaluate(train_csv: str, test_csv: str, pred_csvs: Sequence[str],
+             labels: Optional[Sequence[str]] = None) -> tuple[dict[str, dict], dict, dict[str, list], list[str], dict]:
+  """Scores prediction files. Returns (metrics per label, table1 stats, predictions per label, gt answers, counts)."""
+  if labels is None or len(labels) == 0:
+    labels = [os.path.splitext(os.path.basename(p))[0] for p in pred_csvs]
+  if len(labels) != len(pred_csvs):
+    raise ValueError(f"{len(pred_csvs)} --pred files but {len(labels)} --label values")
+  if len(set(labels)) != len(labels):
+    raise ValueError(f"labels must be distinct, got {list(labels)}")
+  train_answers = read_answers(train_csv, "train CSV")
+  gt_answers = read_answers(test_csv, "test CSV")
+  counts = dict(ovqa_metrics_lib.answer_counts(train_answers))
+  stats = ovqa_metrics_lib.table1(counts, gt_answers)
+  results, preds_by_label = {}, {}
+  for label, path in zip(labels, pred_csvs):
+    preds = read_predictions(path, len(gt_answers))
+    preds_by_label[label] = preds
+    results[label] = ovqa_metrics_lib.ovqa_metrics(gt_answers, preds, counts)
+  return results, stats, preds_by_label, gt_answers, counts
+
+
+def main(argv: Optional[Sequence[str]] = None) -> dict:
+  parser = argparse.ArgumentParser(prog="python -m evqa_jax.evaluate.ovqa", description=__doc__.split("\n")[0])
+  parser.add_argument("--train-csv", required=True, help="train split CSV (answer column)")
+  parser.add_argument("--test-csv", required=True, help="test split CSV (answer column)")
+  parser.add_argument("--pred", required=True, action="append", help="prediction CSV (index,prediction); repeatable")
+  parser.add_argument("--label", action="append", default=None, help="model name per --pred, in the same order")
+  parser.add_argument("--out", required=True, help="metrics JSON to write")
+  parser.add_argument("--plot", default=None, help="optional PNG: per-answer accuracy vs train frequency")
+  args = parser.parse_args(argv)
+
+  results, stats, preds, gt_answers, counts = evaluate(args.train_csv, args.test_csv, args.pred, args.label)
+  if len(results) == 1:
+    out = dict(next(iter(results.values())), table1=stats)
+  else:
+    out = {"models": results, "table1": stats}
+  out = json_safe(out)
+  io.write_json(args.out, out)
+  print(format_table(results, stats))
+  if args.plot:
+    plot_long_tail(counts, gt_answers, preds, args.plot)
+  return out
+
+
+if __name__ == "__main__":
+  main(sys.argv[1:])

@@ -1,0 +1,727 @@
+"""DeBERTa-v2 masked LM in Flax linen: the frozen bidirectional LM of FrozenBiLM+ (paper: DeBERTa-v2-xlarge).
+
+Semantics follow the transformers 5.24 PyTorch implementation (`DebertaV2Model`, `DebertaV2ForMaskedLM`) and
+FrozenBiLM (github.com/antoyang/FrozenBiLM, model/deberta.py) for the video prefix, the adapters and the enhanced
+mask decoder (EMD):
+
+- Disentangled attention: score(i, j) = [q_i.k_j + c2p(i, j) + p2c(i, j)] / sqrt(head_dim * (1 + #pos_att_type)),
+  with c2p(i, j) = q_i . Kr[idx(i, j)], p2c(i, j) = k_j . Qr[idx(i, j)], idx(i, j) = clamp(bucket(i - j) + span,
+  0, 2 span - 1) and Kr/Qr the relative embeddings (LayerNorm'ed when norm_rel_ebd has "layer_norm") projected by
+  the key/query projections (share_att_key) or by pos_key_proj/pos_query_proj. Relative-position gathers are
+  `take_along_axis` over a [query, key] index table built once per sequence length.
+- Masked attention scores are filled with the dtype minimum before the softmax (as transformers 5.24; a padded query
+  row therefore attends uniformly, which only changes padded positions, never valid ones).
+- A ConvLayer after the first layer (conv over the embedding output, masked, act, LayerNorm with the layer output).
+- Visual tokens (FrozenBiLM): `visual` [batch, T, visual_dim] -> `visual_proj` (Linear) -> prepended to the word
+  embeddings before the embedding LayerNorm; the sequence then has T + L tokens and every position-dependent term
+  runs over the full sequence: relative positions, absolute position ids 0..T+L-1 (visual tokens take positions
+  0..T-1; absolute positions enter the embeddings only when position_biased_input, and always the EMD) and token
+  type 0 for the visual tokens. The attention mask is concat(visual_mask, attention_mask).
+- Adapters (`layers.Adapter`) after attention.output.dense ("adapter_attn") and output.dense ("adapter_ffn"),
+  before dropout + residual + LayerNorm.
+- Enhanced mask decoder (FrozenBiLM `emd_context_layer`, also the original DeBERTa MLM): when
+  position_biased_input is False, the LAST layer is applied twice more with keys/values = the input of the last
+  layer and queries = (that input + absolute position embeddings), then its own output. The MLM head (dense -> act
+  -> LayerNorm, then word_embeddings^T + bias) reads the EMD output. For "mask_feature" only the [MASK] row is
+  decoded (every op after the attention scores is per query row, so this equals the full-sequence EMD at that row).
+  `enhanced_mask_decoder=False` gives transformers' DebertaV2ForMaskedLM instead (head on the last hidden state).
+
+Parameter names follow the Hugging Face modules (deberta/embeddings/word_embeddings, deberta/encoder/layer_3/
+attention/self/query_proj, lm_predictions/lm_head/dense, ...); layers are `layer_{i}`. Checkpoint import:
+`load_hf_params` (Hugging Face / original Microsoft checkpoints) and `load_frozenbilm_checkpoint` (FrozenBiLM .pth).
+"""
+
+import dataclasses
+import functools
+import json
+import math
+import os
+import re
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from evqa_jax.models import hf_utils
+from evqa_jax.models.layers import Adapter, VisualProjection
+
+_ACTIVATIONS = {
+    "gelu": functools.partial(nn.gelu, approximate=False),
+    "gelu_new": functools.partial(nn.gelu, approximate=True),
+    "gelu_pytorch_tanh": functools.partial(nn.gelu, approximate=True),
+    "gelu_fast": functools.partial(nn.gelu, approximate=True),
+    "relu": nn.relu,
+    "tanh": jnp.tanh,
+    "silu": nn.silu,
+    "swish": nn.silu,
+}
+_POS_ATT_TYPES = ("c2p", "p2c")
+# FrozenBiLM's emd_context_layer (and the original DeBERTa MLM) runs the shared last layer twice.
+_EMD_STEPS = 2
+_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+
+
+def _as_dtype(value, field: str):
+  if isinstance(value, str):
+    if value not in _DTYPES:
+      raise ValueError(f"DebertaV2Config.{field}: unknown dtype {value!r} (one of {sorted(_DTYPES)})")
+    return _DTYPES[value]
+  return value
+
+
+@dataclasses.dataclass(frozen=True)
+class DebertaV2Config:
+  """Hugging Face DebertaV2Config fields (defaults = what transformers assumes when config.json omits a key) + ours.
+
+  `DebertaV2Config.xlarge()` is the paper's DeBERTa-v2-xlarge.
+  """
+  vocab_size: int = 128100
+  hidden_size: int = 1536
+  num_hidden_layers: int = 24
+  num_attention_heads: int = 24
+  intermediate_size: int = 6144
+  hidden_act: str = "gelu"
+  hidden_dropout_prob: float = 0.1
+  attention_probs_dropout_prob: float = 0.1
+  max_position_embeddings: int = 512
+  type_vocab_size: int = 0
+  initializer_range: float = 0.02
+  layer_norm_eps: float = 1e-7
+  relative_attention: bool = False
+  max_relative_positions: int = -1
+  position_buckets: int = -1
+  pos_att_type: Tuple[str, ...] = ()
+  share_att_key: bool = False
+  position_biased_input: bool = True
+  norm_rel_ebd: str = "none"
+  conv_kernel_size: int = 0
+  conv_groups: int = 1
+  conv_act: str = "tanh"
+  attention_head_size: Optional[int] = None  # None: hidden_size // num_attention_heads
+  pad_token_id: int = 0
+  # ours
+  num_visual_tokens: int = 0
+  visual_dim: int = 768
+  use_adapters: bool = False
+  adapter_reduction: int = 8
+  adapter_dropout: float = 0.1
+  enhanced_mask_decoder: bool = True
+  dtype: Any = jnp.float32
+  param_dtype: Any = jnp.float32
+
+  def __post_init__(self):
+    pos = self.pos_att_type
+    if pos is None:
+      pos = ()
+    elif isinstance(pos, str):
+      pos = tuple(x.strip() for x in pos.lower().split("|") if x.strip())
+    else:
+      pos = tuple(str(x).strip().lower() for x in pos)
+    for p in pos:
+      if p not in _POS_ATT_TYPES:
+        raise ValueError(f"DebertaV2Config.pos_att_type: unsupported entry {p!r} (supported: {_POS_ATT_TYPES}; "
+                         "transformers 5 dropped p2p)")
+    object.__setattr__(self, "pos_att_type", pos)
+    object.__setattr__(self, "dtype", _as_dtype(self.dtype, "dtype"))
+    object.__setattr__(self, "param_dtype", _as_dtype(self.param_dtype, "param_dtype"))
+    if self.hidden_size % self.num_attention_heads:
+      raise ValueError(f"DebertaV2Config: hidden_size {self.hidden_size} is not a multiple of "
+                       f"num_attention_heads {self.num_attention_heads}")
+    for field in ("hidden_act", "conv_act"):
+      if getattr(self, field) not in _ACTIVATIONS:
+        raise ValueError(f"DebertaV2Config.{field}: unknown activation {getattr(self, field)!r} "
+                         f"(one of {sorted(_ACTIVATIONS)})")
+    if self.conv_kernel_size > 0 and self.conv_kernel_size % 2 == 0:
+      raise ValueError(f"DebertaV2Config.conv_kernel_size must be odd (got {self.conv_kernel_size}): the "
+                       "PyTorch ConvLayer pads (k - 1) // 2 on each side")
+    if self.conv_kernel_size > 0 and self.hidden_size % self.conv_groups:
+      raise ValueError(f"DebertaV2Config.conv_groups {self.conv_groups} does not divide hidden_size")
+    if self.use_adapters and self.hidden_size % self.adapter_reduction:
+      raise ValueError(f"DebertaV2Config.adapter_reduction {self.adapter_reduction} does not divide hidden_size")
+    if self.num_visual_tokens < 0:
+      raise ValueError(f"DebertaV2Config.num_visual_tokens must be >= 0 (got {self.num_visual_tokens})")
+
+  # -- derived sizes
+  @property
+  def head_dim(self) -> int:
+    return self.attention_head_size or self.hidden_size // self.num_attention_heads
+
+  @property
+  def max_relative(self) -> int:
+    return self.max_relative_positions if self.max_relative_positions >= 1 else self.max_position_embeddings
+
+  @property
+  def att_span(self) -> int:
+    """Half the number of relative embeddings (position_buckets when bucketing, else max_relative)."""
+    return self.position_buckets if self.position_buckets > 0 else self.max_relative
+
+  @property
+  def rel_layer_norm(self) -> bool:
+    return "layer_norm" in [x.strip() for x in self.norm_rel_ebd.lower().split("|")]
+
+  @property
+  def uses_emd(self) -> bool:
+    return self.enhanced_mask_decoder and not self.position_biased_input
+
+  @property
+  def has_position_embeddings(self) -> bool:
+    return self.position_biased_input or self.uses_emd
+
+  # -- constructors
+  @classmethod
+  def from_dict(cls, d: Mapping[str, Any], **overrides) -> "DebertaV2Config":
+    """Known fields from `d` (a Hugging Face config.json dict or ours) then `overrides`; unknown keys ignored."""
+    fields = {f.name for f in dataclasses.fields(cls)}
+    for key in overrides:
+      if key not in fields:
+        raise ValueError(f"DebertaV2Config: unknown override {key!r}")
+    if "embedding_size" in d and d["embedding_size"] not in (None, d.get("hidden_size")):
+      raise ValueError(f"DebertaV2Config: embedding_size {d['embedding_size']} != hidden_size "
+                       f"{d.get('hidden_size')} (embed_proj) is not supported")
+    kwargs = {k: v for k, v in d.items() if k in fields}
+    kwargs.update(overrides)
+    return cls(**kwargs)
+
+  @classmethod
+  def from_hf_dir(cls, path: str, **overrides) -> "DebertaV2Config":
+    """Reads `path`/config.json (or `path` itself when it is a file). The HF `dtype`/`torch_dtype` is ignored."""
+    file = os.path.join(path, "config.json") if os.path.isdir(path) else path
+    if not os.path.exists(file):
+      raise FileNotFoundError(f"{file}: no config.json")
+    with open(file) as f:
+      try:
+        d = json.load(f)
+      except json.JSONDecodeError as e:
+        raise ValueError(f"{file}: invalid JSON: {e}") from e
+    model_type = d.get("model_type")
+    if model_type not in (None, "deberta-v2"):
+      raise ValueError(f"{file}: model_type is {model_type!r}, expected 'deberta-v2'")
+    d = {k: v for k, v in d.items() if k not in ("dtype", "torch_dtype")}
+    return cls.from_dict(d, **overrides)
+
+  @classmethod
+  def xlarge(cls, **overrides) -> "DebertaV2Config":
+    """microsoft/deberta-v2-xlarge, the LM of FrozenBiLM+."""
+    d = dict(vocab_size=128100, hidden_size=1536, num_hidden_layers=24, num_attention_heads=24,
+             intermediate_size=6144, hidden_act="gelu", max_position_embeddings=512, type_vocab_size=0,
+             layer_norm_eps=1e-7, relative_attention=True, max_relative_positions=-1, position_buckets=256,
+             pos_att_type=("p2c", "c2p"), share_att_key=True, position_biased_input=False,
+             norm_rel_ebd="layer_norm", conv_kernel_size=3, conv_act="gelu", attention_head_size=64)
+    d.update(overrides)
+    return cls(**d)
+
+
+# ----------------------------------------------------------------------------------------------- positions
+
+
+def make_log_bucket_position(relative_pos: np.ndarray, bucket_size: int, max_position: int) -> np.ndarray:
+  """Log-bucketed relative positions, in float32 exactly as the PyTorch reference computes them."""
+  relative_pos = np.asarray(relative_pos, np.int64)
+  sign = np.sign(relative_pos)
+  mid = bucket_size // 2
+  abs_pos = np.where((relative_pos < mid) & (relative_pos > -mid), mid - 1, np.abs(relative_pos))
+  with np.errstate(divide="ignore"):
+    log_pos = np.ceil(np.log(abs_pos.astype(np.float32) / np.float32(mid))
+                      / np.log(np.float32((max_position - 1) / mid)) * np.float32(mid - 1)) + np.float32(mid)
+  return np.where(abs_pos <= mid, relative_pos.astype(np.float32), log_pos * sign).astype(np.int64)
+
+
+def relative_position_index(config: DebertaV2Config, length: int) -> np.ndarray:
+  """[length, length] int32: idx(i, j) = clamp(bucket(i - j) + span, 0, 2 span - 1), the relative embedding row."""
+  ids = np.arange(length)
+  rel = ids[:, None] - ids[None, :]
+  if config.position_buckets > 0:
+    rel = make_log_bucket_position(rel, config.position_buckets, config.max_relative)
+  span = config.att_span
+  return np.clip(rel + span, 0, 2 * span - 1).astype(np.int32)
+
+
+# ----------------------------------------------------------------------------------------------- modules
+
+
+def _dense_init(config):
+  return nn.initializers.normal(config.initializer_range)
+
+
+def _layer_norm(config, name):
+  return nn.LayerNorm(epsilon=config.layer_norm_eps, dtype=config.dtype, param_dtype=config.param_dtype,
+                      use_fast_variance=False, name=name,
+                      scale_init=nn.with_logical_partitioning(nn.initializers.ones, ("embed",)),
+                      bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)))
+
+
+def _embed(config, num, name, names):
+  return nn.Embed(num, config.hidden_size, dtype=config.dtype, param_dtype=config.param_dtype, name=name,
+                  embedding_init=nn.with_logical_partitioning(_dense_init(config), names))
+
+
+class DebertaV2Embeddings(nn.Module):
+  """Word (+ visual prefix) (+ position) (+ token type) embeddings -> LayerNorm -> mask -> dropout."""
+  config: DebertaV2Config
+
+  @nn.compact
+  def __call__(self, input_ids, mask, token_type_ids=None, visual=None, deterministic=True):
+    """input_ids [b, L], mask [b, S] (S = T + L), visual [b, T, visual_dim] or None.
+
+    Returns (embeddings [b, S, H], position embeddings [S, H] or None).
+    """
+    cfg = self.config
+    x = _embed(cfg, cfg.vocab_size, "word_embeddings", ("vocab", "embed"))(input_ids)
+    num_visual = 0
+    if cfg.num_visual_tokens > 0:
+      proj = VisualProjection(cfg.hidden_size, dtype=cfg.dtype, param_dtype=cfg.param_dtype, name="visual_proj")
+      if visual is not None:
+        num_visual = visual.shape[1]
+        x = jnp.concatenate([proj(visual).astype(x.dtype), x], axis=1)
+      elif self.is_initializing():
+        proj(jnp.zeros((1, 1, cfg.visual_dim), cfg.dtype))
+    seq = x.shape[1]
+    pos = None
+    if cfg.has_position_embeddings:
+      if seq > cfg.max_position_embeddings:
+        raise ValueError(f"sequence of {seq} tokens (visual + text) exceeds max_position_embeddings "
+                         f"{cfg.max_position_embeddings}")
+      table = _embed(cfg, cfg.max_position_embeddings, "position_embeddings", (None, "embed"))
+      pos = table(jnp.arange(seq))
+      if cfg.position_biased_input:
+        x = x + pos[None]
+    if cfg.type_vocab_size > 0:
+      if token_type_ids is None:
+        token_type_ids = jnp.zeros(input_ids.shape, jnp.int32)
+      if num_visual:
+        token_type_ids = jnp.concatenate(
+            [jnp.zeros((input_ids.shape[0], num_visual), token_type_ids.dtype), token_type_ids], axis=1)
+      x = x + _embed(cfg, cfg.type_vocab_size, "token_type_embeddings", (None, "embed"))(token_type_ids)
+    x = _layer_norm(cfg, "LayerNorm")(x)
+    x = x * mask[..., None].astype(x.dtype)
+    x = nn.Dropout(cfg.hidden_dropout_prob)(x, deterministic=deterministic)
+    return x, pos
+
+
+class DisentangledSelfAttention(nn.Module):
+  """Multi-head attention with content->position and position->content relative terms."""
+  config: DebertaV2Config
+
+  @nn.compact
+  def __call__(self, hidden, query, mask, rel_embeddings=None, rel_index=None, deterministic=True):
+    """hidden [b, Sk, H] (keys/values), query [b, Sq, H], mask [b, Sq, Sk] bool, rel_embeddings [2 span, H],
+    rel_index [b or 1, Sq, Sk] int32 rows of `rel_embeddings`. Returns the context [b, Sq, heads, head_dim]."""
+    cfg = self.config
+    heads, dim = cfg.num_attention_heads, cfg.head_dim
+
+    def proj(name):
+      return nn.DenseGeneral((heads, dim), dtype=cfg.dtype, param_dtype=cfg.param_dtype, name=name,
+                             kernel_init=nn.with_logical_partitioning(_dense_init(cfg), ("embed", "heads", "kv")),
+                             bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("heads", "kv")))
+
+    query_proj, key_proj, value_proj = proj("query_proj"), proj("key_proj"), proj("value_proj")
+    q, k, v = query_proj(query), key_proj(hidden), value_proj(hidden)
+    scale_factor = 1 + len(cfg.pos_att_type)
+    scale = math.sqrt(dim * scale_factor)
+    scores = jnp.einsum("bqnd,bknd->bnqk", q, k)
+    if cfg.relative_attention and cfg.pos_att_type:
+      rel = nn.Dropout(cfg.hidden_dropout_prob)(rel_embeddings, deterministic=deterministic)
+      rel = rel[:2 * cfg.att_span].astype(cfg.dtype)
+      if cfg.share_att_key:
+        pos_key_proj, pos_query_proj = key_proj, query_proj
+      else:
+        pos_key_proj = proj("pos_key_proj") if "c2p" in cfg.pos_att_type else None
+        pos_query_proj = proj("pos_query_proj") if "p2c" in cfg.pos_att_type else None
+      if "c2p" in cfg.pos_att_type:
+        c2p = jnp.einsum("bqnd,rnd->bnqr", q, pos_key_proj(rel))
+        scores = scores + jnp.take_along_axis(c2p, rel_index[:, None], axis=-1)
+      if "p2c" in cfg.pos_att_type:
+        p2c = jnp.einsum("bknd,rnd->bnkr", k, pos_query_proj(rel))
+        p2c = jnp.take_along_axis(p2c, jnp.swapaxes(rel_index, -1, -2)[:, None], axis=-1)
+        scores = scores + jnp.swapaxes(p2c, -1, -2)
+    scores = scores.astype(jnp.float32) / scale
+    scores = jnp.where(mask[:, None], scores, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(scores, axis=-1).astype(cfg.dtype)
+    probs = nn.Dropout(cfg.attention_probs_dropout_prob)(probs, deterministic=deterministic)
+    return jnp.einsum("bnqk,bknd->bqnd", probs, v)
+
+
+class DebertaV2SelfOutput(nn.Module):
+  """dense -> [adapter_attn] -> dropout -> LayerNorm(+ residual)."""
+  config: DebertaV2Config
+
+  @nn.compact
+  def __call__(self, context, residual, deterministic=True):
+    cfg = self.config
+    x = nn.DenseGeneral(cfg.hidden_size, axis=(-2, -1), dtype=cfg.dtype, param_dtype=cfg.param_dtype, name="dense",
+                        kernel_init=nn.with_logical_partitioning(_dense_init(cfg), ("heads", "kv", "embed")),
+                        bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)))(context)
+    if cfg.use_adapters:
+      x = Adapter(cfg.hidden_size, cfg.adapter_reduction, cfg.adapter_dropout, dtype=cfg.dtype,
+                  param_dtype=cfg.param_dtype, name="adapter_attn")(x, deterministic=deterministic)
+    x = nn.Dropout(cfg.hidden_dropout_prob)(x, deterministic=deterministic)
+    return _layer_norm(cfg, "LayerNorm")(x + residual)
+
+
+class DebertaV2Attention(nn.Module):
+  config: DebertaV2Config
+
+  @nn.compact
+  def __call__(self, hidden, query, mask, rel_embeddings, rel_index, deterministic=True):
+    context = DisentangledSelfAttention(self.config, name="self")(
+        hidden, query, mask, rel_embeddings, rel_index, deterministic)
+    return DebertaV2SelfOutput(self.config, name="output")(context, query, deterministic)
+
+
+class DebertaV2Intermediate(nn.Module):
+  config: DebertaV2Config
+
+  @nn.compact
+  def __call__(self, x):
+    cfg = self.config
+    x = nn.Dense(cfg.intermediate_size, dtype=cfg.dtype, param_dtype=cfg.param_dtype, name="dense",
+                 kernel_init=nn.with_logical_partitioning(_dense_init(cfg), ("embed", "mlp")),
+                 bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("mlp",)))(x)
+    return _ACTIVATIONS[cfg.hidden_act](x)
+
+
+class DebertaV2Output(nn.Module):
+  """dense -> [adapter_ffn] -> dropout -> LayerNorm(+ residual)."""
+  config: DebertaV2Config
+
+  @nn.compact
+  def __call__(self, x, residual, deterministic=True):
+    cfg = self.config
+    x = nn.Dense(cfg.hidden_size, dtype=cfg.dtype, param_dtype=cfg.param_dtype, name="dense",
+                 kernel_init=nn.with_logical_partitioning(_dense_init(cfg), ("mlp", "embed")),
+                 bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)))(x)
+    if cfg.use_adapters:
+      x = Adapter(cfg.hidden_size, cfg.adapter_reduction, cfg.adapter_dropout, dtype=cfg.dtype,
+                  param_dtype=cfg.param_dtype, name="adapter_ffn")(x, deterministic=deterministic)
+    x = nn.Dropout(cfg.hidden_dropout_prob)(x, deterministic=deterministic)
+    return _layer_norm(cfg, "LayerNorm")(x + residual)
+
+
+class DebertaV2Layer(nn.Module):
+  config: DebertaV2Config
+
+  @nn.compact
+  def __call__(self, hidden, query, mask, rel_embeddings, rel_index, deterministic=True):
+    """hidden [b, Sk, H] keys/values, query [b, Sq, H] -> [b, Sq, H]."""
+    x = DebertaV2Attention(self.config, name="attention")(
+        hidden, query, mask, rel_embeddings, rel_index, deterministic)
+    h = DebertaV2Intermediate(self.config, name="intermediate")(x)
+    return DebertaV2Output(self.config, name="output")(h, x, deterministic)
+
+
+class ConvLayer(nn.Module):
+  """Conv1d over the embedding output, added to the first layer's output (DeBERTa-v2 'conv' after layer 0)."""
+  config: DebertaV2Config
+
+  @nn.compact
+  def __call__(self, embeddings, layer_output, valid, deterministic=True):
+    cfg = self.config
+    k = cfg.conv_kernel_size
+    out = nn.Conv(cfg.hidden_size, (k,), padding=[((k - 1) // 2, (k - 1) // 2)], feature_group_count=cfg.conv_groups,
+                  dtype=cfg.dtype, param_dtype=cfg.param_dtype, name="conv",
+                  kernel_init=nn.with_logical_partitioning(_dense_init(cfg), (None, None, "embed")),
+                  bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)))(embeddings)
+    m = valid[..., None].astype(out.dtype)
+    out = _ACTIVATIONS[cfg.conv_act](nn.Dropout(cfg.hidden_dropout_prob)(out * m, deterministic=deterministic))
+    return _layer_norm(cfg, "LayerNorm")(layer_output + out) * m
+
+
+class DebertaV2Encoder(nn.Module):
+  """The layer stack, relative embeddings, conv, and the enhanced mask decoder (which reuses the last layer)."""
+  config: DebertaV2Config
+
+  def setup(self):
+    cfg = self.config
+    self.layer = [DebertaV2Layer(cfg, name=f"layer_{i}") for i in range(cfg.num_hidden_layers)]
+    if cfg.relative_attention:
+      self.rel_embeddings = _embed(cfg, 2 * cfg.att_span, "rel_embeddings", (None, "embed"))
+      if cfg.rel_layer_norm:
+        self.LayerNorm = _layer_norm(cfg, "LayerNorm")  # pylint: disable=invalid-name
+    if cfg.conv_kernel_size > 0:
+      self.conv = ConvLayer(cfg, name="conv")
+
+  def rel_embedding(self):
+    if not self.config.relative_attention:
+      return None
+    rel = self.rel_embeddings.embedding
+    return self.LayerNorm(rel) if self.config.rel_layer_norm else rel.astype(self.config.dtype)
+
+  def __call__(self, embeddings, valid, deterministic=True):
+    """embeddings [b, S, H], valid [b, S] bool -> (last hidden [b, S, H], input of the last layer [b, S, H])."""
+    seq = embeddings.shape[1]
+    mask = valid[:, :, None] & valid[:, None, :]
+    rel = self.rel_embedding()
+    index = jnp.asarray(relative_position_index(self.config, seq))[None] if rel is not None else None
+    x = prev = embeddings
+    for i, layer in enumerate(self.layer):
+      prev = x
+      x = layer(x, x, mask, rel, index, deterministic)
+      if i == 0 and self.config.conv_kernel_size > 0:
+        x = self.conv(embeddings, x, valid, deterministic)
+      x = nn.with_logical_constraint(x, ("batch", "length", "embed"))
+    return x, prev
+
+  def enhanced_mask_decode(self, prev, query, query_positions, valid, deterministic=True):
+    """EMD: the last layer run `_EMD_STEPS` times with keys/values `prev` [b, S, H].
+
+    query [b, Q, H] (= prev + absolute position embeddings at `query_positions`), query_positions [b, Q] int32 or
+    None for all S positions in order. Returns [b, Q, H].
+    """
+    seq = prev.shape[1]
+    rel = self.rel_embedding()
+    if query_positions is None:
+      q_valid = valid
+      index = jnp.asarray(relative_position_index(self.config, seq))[None] if rel is not None else None
+    else:
+      q_valid = jnp.take_along_axis(valid, query_positions, axis=1)
+      index = None
+      if rel is not None:
+        index = jnp.asarray(relative_position_index(self.config, seq))[query_positions]
+    mask = q_valid[:, :, None] & valid[:, None, :]
+    last = self.layer[-1]
+    for _ in range(_EMD_STEPS):
+      query = last(prev, query, mask, rel, index, deterministic)
+    return query
+
+
+class DebertaV2Model(nn.Module):
+  """Embeddings + encoder (Hugging Face `deberta.*`)."""
+  config: DebertaV2Config
+
+  def setup(self):
+    self.embeddings = DebertaV2Embeddings(self.config)
+    self.encoder = DebertaV2Encoder(self.config)
+
+  def __call__(self, input_ids, valid, token_type_ids=None, visual=None, deterministic=True):
+    emb, pos = self.embeddings(input_ids, valid, token_type_ids, visual, deterministic)
+    hidden, prev = self.encoder(emb, valid, deterministic)
+    return hidden, prev, pos
+
+  def enhanced_mask_decode(self, prev, pos, query_positions, valid, deterministic=True):
+    if query_positions is None:
+      query = prev + pos[None].astype(prev.dtype)
+    else:
+      query = jnp.take_along_axis(prev, query_positions[..., None], axis=1) + pos[query_positions].astype(prev.dtype)
+    return self.encoder.enhanced_mask_decode(prev, query, query_positions, valid, deterministic)
+
+
+class DebertaV2LMPredictionHead(nn.Module):
+  """dense -> act -> LayerNorm (the 'transform'), then optionally word_embeddings^T + bias."""
+  config: DebertaV2Config
+
+  @nn.compact
+  def __call__(self, x, word_embeddings=None):
+    cfg = self.config
+    bias = self.param("bias", nn.with_logical_partitioning(nn.initializers.zeros, ("vocab",)),
+                      (cfg.vocab_size,), cfg.param_dtype)
+    x = nn.Dense(cfg.hidden_size, dtype=cfg.dtype, param_dtype=cfg.param_dtype, name="dense",
+                 kernel_init=nn.with_logical_partitioning(_dense_init(cfg), ("embed", None)),
+                 bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (None,)))(x)
+    x = _layer_norm(cfg, "LayerNorm")(_ACTIVATIONS[cfg.hidden_act](x))
+    if word_embeddings is None:
+      return x, None
+    logits = jnp.einsum("...h,vh->...v", x, word_embeddings.astype(cfg.dtype)) + bias.astype(cfg.dtype)
+    return x, logits
+
+
+class DebertaV2OnlyMLMHead(nn.Module):
+  config: DebertaV2Config
+
+  @nn.compact
+  def __call__(self, x, word_embeddings=None):
+    return DebertaV2LMPredictionHead(self.config, name="lm_head")(x, word_embeddings)
+
+
+class DebertaV2LM(nn.Module):
+  """DeBERTa-v2 encoder + enhanced mask decoder + MLM head, with an optional visual prefix and adapters."""
+  config: DebertaV2Config
+
+  @nn.compact
+  def __call__(self, input_ids, attention_mask, *, token_type_ids=None, visual=None, visual_mask=None,
+               mask_index=None, deterministic=True, decode=False) -> Dict[str, jax.Array]:
+    """input_ids [b, L] int32, attention_mask [b, L], visual [b, T, visual_dim], visual_mask [b, T],
+    mask_index [b] int32 into the full T + L sequence.
+
+    Returns {"hidden": [b, S, H]} (S = T + L, visual tokens first), "mask_feature" [b, H] when mask_index is
+    given, "logits" [b, S, vocab] when decode. Without `visual` the sequence is the text alone (S = L).
+    """
+    cfg = self.config
+    if input_ids.ndim != 2:
+      raise ValueError(f"input_ids must be [batch, length], got shape {input_ids.shape}")
+    valid = attention_mask.astype(bool)
+    if visual is not None:
+      if cfg.num_visual_tokens <= 0:
+        raise ValueError("visual features given but DebertaV2Config.num_visual_tokens is 0")
+      if visual.ndim != 3 or visual.shape[1] != cfg.num_visual_tokens or visual.shape[2] != cfg.visual_dim:
+        raise ValueError(f"visual must be [batch, num_visual_tokens={cfg.num_visual_tokens}, "
+                         f"visual_dim={cfg.visual_dim}], got shape {visual.shape}")
+      vmask = (jnp.ones(visual.shape[:2], bool) if visual_mask is None else visual_mask.astype(bool))
+      valid = jnp.concatenate([vmask, valid], axis=1)
+    model = DebertaV2Model(cfg, name="deberta")
+    hidden, prev, pos = model(input_ids, valid, token_type_ids, visual, deterministic)
+    out = {"hidden": hidden}
+    head = DebertaV2OnlyMLMHead(cfg, name="lm_predictions")
+    if self.is_initializing() and mask_index is None and not decode:
+      head(hidden[:, :1])
+    if not (decode or mask_index is not None):
+      return out
+    word_emb = None
+    if decode:
+      word_emb = nn.meta.unbox(model.embeddings.variables["params"]["word_embeddings"]["embedding"])
+    if decode:
+      dec = model.enhanced_mask_decode(prev, pos, None, valid, deterministic) if cfg.uses_emd else hidden
+      feats, out["logits"] = head(dec, word_emb)
+      if mask_index is not None:
+        out["mask_feature"] = jnp.take_along_axis(feats, mask_index[:, None, None].astype(jnp.int32), axis=1)[:, 0]
+    else:
+      idx = mask_index.astype(jnp.int32)[:, None]
+      if cfg.uses_emd:
+        dec = model.enhanced_mask_decode(prev, pos, idx, valid, deterministic)
+      else:
+        dec = jnp.take_along_axis(hidden, idx[..., None], axis=1)
+      out["mask_feature"] = head(dec)[0][:, 0]
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- helpers
+
+
+def word_embeddings(params) -> jax.Array:
+  """The input word-embedding matrix [vocab, H] inside a params tree (or `{"params": ...}` variables)."""
+  tree = hf_utils.params_of(params)
+  try:
+    return tree["deberta"]["embeddings"]["word_embeddings"]["embedding"]
+  except (KeyError, TypeError) as e:
+    raise KeyError("params have no deberta/embeddings/word_embeddings/embedding: not DebertaV2LM params") from e
+
+
+def _heads_kernel(config):
+  n, d, h = config.num_attention_heads, config.head_dim, config.hidden_size
+  return lambda w: np.ascontiguousarray(w.T.reshape(h, n, d))
+
+
+def _heads_bias(config):
+  return lambda b: b.reshape(config.num_attention_heads, config.head_dim)
+
+
+def _rules(config: DebertaV2Config) -> Dict[str, hf_utils.Rule]:
+  """Our flat path -> Rule over canonical checkpoint keys (prefix 'deberta.' removed, head named lm_predictions)."""
+  R, lin = hf_utils.Rule, hf_utils.linear_kernel
+  rules = {}
+
+  def linear(ours, theirs):
+    rules[f"{ours}/kernel"] = R((f"{theirs}.weight",), lin)
+    rules[f"{ours}/bias"] = R((f"{theirs}.bias",))
+
+  def layer_norm(ours, theirs):
+    rules[f"{ours}/scale"] = R((f"{theirs}.weight",))
+    rules[f"{ours}/bias"] = R((f"{theirs}.bias",))
+
+  e = "deberta/embeddings"
+  rules[f"{e}/word_embeddings/embedding"] = R(("embeddings.word_embeddings.weight",))
+  rules[f"{e}/position_embeddings/embedding"] = R(("embeddings.position_embeddings.weight",))
+  rules[f"{e}/token_type_embeddings/embedding"] = R(("embeddings.token_type_embeddings.weight",))
+  layer_norm(f"{e}/LayerNorm", "embeddings.LayerNorm")
+  linear(f"{e}/visual_proj/dense", "embeddings.linear_video")
+  enc = "deberta/encoder"
+  rules[f"{enc}/rel_embeddings/embedding"] = R(("encoder.rel_embeddings.weight",))
+  layer_norm(f"{enc}/LayerNorm", "encoder.LayerNorm")
+  rules[f"{enc}/conv/conv/kernel"] = R(("encoder.conv.conv.weight",), lambda w: np.ascontiguousarray(w.transpose(2, 1, 0)))
+  rules[f"{enc}/conv/conv/bias"] = R(("encoder.conv.conv.bias",))
+  layer_norm(f"{enc}/conv/LayerNorm", "encoder.conv.LayerNorm")
+  hk, hb = _heads_kernel(config), _heads_bias(config)
+  n, d, h = config.num_attention_heads, config.head_dim, config.hidden_size
+  for i in range(config.num_hidden_layers):
+    ours, theirs = f"{enc}/layer_{i}", f"encoder.layer.{i}"
+    for p in ("query_proj", "key_proj", "value_proj", "pos_key_proj", "pos_query_proj"):
+      rules[f"{ours}/attention/self/{p}/kernel"] = R((f"{theirs}.attention.self.{p}.weight",), hk)
+      rules[f"{ours}/attention/self/{p}/bias"] = R((f"{theirs}.attention.self.{p}.bias",), hb)
+    rules[f"{ours}/attention/output/dense/kernel"] = R(
+        (f"{theirs}.attention.output.dense.weight",), lambda w: np.ascontiguousarray(w.T.reshape(n, d, h)))
+    rules[f"{ours}/attention/output/dense/bias"] = R((f"{theirs}.attention.output.dense.bias",))
+    layer_norm(f"{ours}/attention/output/LayerNorm", f"{theirs}.attention.output.LayerNorm")
+    linear(f"{ours}/intermediate/dense", f"{theirs}.intermediate.dense")
+    linear(f"{ours}/output/dense", f"{theirs}.output.dense")
+    layer_norm(f"{ours}/output/LayerNorm", f"{theirs}.output.LayerNorm")
+    for ad, where in (("attention/output/adapter_attn", "attention.output.adapter"),
+                      ("output/adapter_ffn", "output.adapter")):
+      linear(f"{ours}/{ad}/down", f"{theirs}.{where}.down")
+      linear(f"{ours}/{ad}/up", f"{theirs}.{where}.up")
+  head = "lm_predictions/lm_head"
+  linear(f"{head}/dense", "lm_predictions.lm_head.dense")
+  layer_norm(f"{head}/LayerNorm", "lm_predictions.lm_head.LayerNorm")
+  rules[f"{head}/bias"] = R(("lm_predictions.lm_head.bias",))
+  return rules
+
+
+# Buffers and tied copies: position ids; the legacy head's decoder (tied to the word embeddings / the head bias);
+# FrozenBiLM's lm_head.decoder (an unused Linear kept "for compatibility", its bias aliases lm_head.bias).
+_IGNORE = (r"(^|\.)position_ids$", r"^lm_predictions\.lm_head\.decoder\.(weight|bias)$",
+           r"^cls\.predictions\.decoder\.(weight|bias)$")
+# Legacy transformers head (config.legacy=True, 'cls.predictions.*') -> the original/FrozenBiLM naming.
+_HEAD_ALIASES = ((r"^cls\.predictions\.transform\.", "lm_predictions.lm_head."),
+                 (r"^cls\.predictions\.bias$", "lm_predictions.lm_head.bias"))
+
+
+def _canonical(ckpt: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
+  out = {}
+  for k, v in hf_utils.rename_legacy_layernorm(dict(ckpt)).items():
+    k = re.sub(r"^module\.", "", k)
+    k = re.sub(r"^deberta\.", "", k)
+    for pattern, repl in _HEAD_ALIASES:
+      k = re.sub(pattern, repl, k)
+    if k in out:
+      raise ValueError(f"checkpoint holds two tensors for {k!r} (after removing prefixes)")
+    out[k] = v
+  return out
+
+
+def _expected(config: DebertaV2Config, init_params):
+  if init_params is not None:
+    return hf_utils.flatten_params(hf_utils.params_of(init_params)), True
+  model = DebertaV2LM(config)
+  seq = max(1, min(4, config.max_position_embeddings - config.num_visual_tokens))
+  ids = jnp.zeros((1, seq), jnp.int32)
+  shapes = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), ids, jnp.ones((1, seq), jnp.int32)))
+  return hf_utils.flatten_params(hf_utils.params_of(shapes)), False
+
+
+def _load(config, ckpt, source, init_params):
+  expected, have_init = _expected(config, init_params)
+  init_flat = expected if have_init else None
+  flat, report = hf_utils.assemble(expected, _canonical(ckpt), _rules(config), source, init=init_flat,
+                                   ignore=_IGNORE)
+  if config.uses_emd and "deberta/embeddings/position_embeddings/embedding" in report.missing:
+    report.notes.append("absolute position embeddings are absent (transformers drops them when "
+                        "position_biased_input is false) but the enhanced mask decoder needs them: they come from "
+                        "init_params, so mask_feature/logits are not the pretrained model's")
+  return {"params": hf_utils.unflatten_params(flat)}, report
+
+
+def load_hf_params(config: DebertaV2Config, path: str, init_params=None):
+  """Reads a Hugging Face checkpoint (directory or file) into DebertaV2LM params.
+
+  Accepts transformers' DebertaV2Model / DebertaV2ForMaskedLM (legacy 'cls.predictions' or 'lm_predictions'
+  head) and the original Microsoft checkpoints (which carry position_embeddings for the EMD). Parameters absent
+  from the checkpoint (visual_proj, adapters, head, ...) come from `init_params` (model.init output or a params
+  tree); without it any absent parameter is an error. Returns ({"params": tree}, hf_utils.LoadReport).
+  """
+  return _load(config, hf_utils.read_checkpoint(path), path, init_params)
+
+
+def load_frozenbilm_checkpoint(config: DebertaV2Config, path: str, init_params=None):
+  """Reads a FrozenBiLM training checkpoint ({"model": state_dict, "optimizer": ..., "args": Namespace}, torch.save)
+  of DebertaV2ForMaskedLM: deberta.* with embeddings.linear_video and attention.output.adapter / output.adapter,
+  lm_predictions.lm_head.*; answer_embeddings/answer_bias are reported unused. The file is unpickled with
+  trusted=True (it pickles an argparse Namespace): only load files you trust. Returns ({"params": tree}, report).
+  """
+  ckpt = hf_utils.read_checkpoint(path, trusted=True)
+  flat = _canonical(ckpt)
+  if config.num_visual_tokens > 0 and "embeddings.linear_video.weight" not in flat:
+    raise ValueError(f"{path}: config has num_visual_tokens={config.num_visual_tokens} but the checkpoint has no "
+                     "deberta.embeddings.linear_video (not a FrozenBiLM video checkpoint?)")
+  if config.use_adapters and not any(".adapter." in k for k in flat):
+    raise ValueError(f"{path}: config.use_adapters is set but the checkpoint has no adapter weights")
+  return _load(config, ckpt, path, init_params)

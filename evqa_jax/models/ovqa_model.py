@@ -1,0 +1,90 @@
+"""FrozenBiLM+ for open-vocabulary video QA, and its closed-vocabulary (CVQA) counterpart.
+
+The frozen bidirectional LM reads `[visual tokens] Question: ...? Answer: [MASK]. Subtitles: ...`; its [MASK]
+feature (MLM-head transform, DeBERTa: after the enhanced mask decoder) is scored
+- `head="open"`: by dot product with the embeddings of the active answer vocabulary (mean of the frozen input word
+  embeddings over each answer's <= 5 sub-words), optionally refined by the GNN soft verbalizer; no bias, no temperature;
+- `head="cvqa"`: by an MLP classifier over a fixed top-k answer set (out-of-vocabulary answers can never be predicted).
+"""
+
+from typing import Any, Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from evqa_jax.models import encoders
+
+
+def mean_subword_embeddings(word_embeddings, token_ids, token_mask):
+  """Answer encoder: `[vocab, H]`, `[A, S]` ids, `[A, S]` mask -> `[A, H]` mean over the valid sub-words."""
+  emb = jnp.take(word_embeddings, token_ids, axis=0)
+  mask = token_mask.astype(emb.dtype)[..., None]
+  return jnp.sum(emb * mask, axis=1) / jnp.maximum(jnp.sum(mask, axis=1), 1.0)
+
+
+class CVQAHead(nn.Module):
+  """Dense(H) -> GELU -> Dense(k) on the [MASK] feature `[batch, H]` -> `[batch, k]`."""
+  num_classes: int
+  hidden_size: int
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x):
+    x = nn.Dense(self.hidden_size, dtype=self.dtype, name="hidden",
+                 kernel_init=nn.with_logical_partitioning(nn.initializers.normal(0.02), ("embed", "mlp")))(x)
+    x = nn.gelu(x)
+    return nn.Dense(self.num_classes, dtype=self.dtype, name="out",
+                    kernel_init=nn.with_logical_partitioning(nn.initializers.normal(0.02), ("mlp", "classes")))(x)
+
+
+class OVQAModel(nn.Module):
+  """LM (`encoder` name in evqa_jax.models.encoders) + answer scoring head.
+
+  Attributes:
+    encoder: "bert" or "deberta_v2".
+    encoder_config: the encoder's config dataclass (with num_visual_tokens, adapters).
+    head: "open" or "cvqa".
+    num_classes: CVQA answer-set size (head="cvqa").
+    verbalizer: a `Verbalizer` module config dict (head="open"), or None for plain answer embeddings.
+  """
+  encoder: str
+  encoder_config: Any
+  head: str = "open"
+  num_classes: int = 0
+  verbalizer: Optional[dict] = None
+
+  def setup(self):
+    self.lm = encoders.ENCODERS[self.encoder](self.encoder_config, name="lm")
+    if self.head == "cvqa":
+      self.cvqa_head = CVQAHead(self.num_classes, self.encoder_config.hidden_size,
+                                dtype=self.encoder_config.dtype, name="cvqa_head")
+    elif self.head == "open" and self.verbalizer is not None:
+      from evqa_jax.models.verbalizer import Verbalizer
+      self.verbalizer_module = Verbalizer(**self.verbalizer, name="verbalizer")
+    elif self.head != "open":
+      raise ValueError(f"config.model.head = {self.head!r}: expected 'open' or 'cvqa'")
+
+  def mask_feature(self, batch, deterministic: bool):
+    """-> `[batch, H]` the [MASK] feature of the LM."""
+    out = self.lm(batch["input_ids"], batch["attention_mask"], visual=batch["video"],
+                  visual_mask=batch["video_mask"], mask_index=batch["mask_index"], deterministic=deterministic)
+    return out["mask_feature"]
+
+  def answer_embeddings(self, vocab):
+    """-> `[A, H]` embeddings of the (padded) active answer vocabulary, verbalized when configured."""
+    word_emb = encoders.word_embeddings(self.encoder, nn.meta.unbox(self.lm.variables["params"]))
+    answers = mean_subword_embeddings(word_emb, vocab["answer_tokens"], vocab["answer_token_mask"])
+    if self.verbalizer is None:
+      return answers
+    nodes = mean_subword_embeddings(word_emb, vocab["node_tokens"], vocab["node_token_mask"])
+    return self.verbalizer_module(vocab, nodes, answers)
+
+  def __call__(self, batch, vocab=None, deterministic: bool = True):
+    """-> logits `[batch, A]` (open: over the padded active vocabulary, padding at -inf) or `[batch, k]` (cvqa)."""
+    feature = self.mask_feature(batch, deterministic)
+    if self.head == "cvqa":
+      return self.cvqa_head(feature)
+    answers = self.answer_embeddings(vocab)
+    logits = jnp.einsum("bh,ah->ba", feature.astype(jnp.float32), answers.astype(jnp.float32))
+    return jnp.where(vocab["answer_mask"][None, :], logits, jnp.finfo(jnp.float32).min)

@@ -1,0 +1,69 @@
+"""What a task provides to the generic trainer (`evqa_jax.train.train_and_evaluate`).
+
+A task owns everything specific to one benchmark: its records, the per-example preprocessing into static shapes,
+the model, the loss, the predictions and how they are written and scored. The trainer owns the mesh, sharding,
+optimiser, checkpointing, logging and the loops.
+"""
+
+import abc
+from typing import Any
+
+
+class Task(abc.ABC):
+  """Base class. `config` is the whole experiment ConfigDict."""
+
+  #: Metric (a key of `evaluate`'s result) used to report the best checkpoint.
+  main_metric: str = "accuracy"
+
+  def __init__(self, config):
+    self.config = config
+
+  # -- data -------------------------------------------------------------------------------------------------------
+  @abc.abstractmethod
+  def source(self, split: str):
+    """A grain random-access source of decoded records of `split`."""
+
+  @abc.abstractmethod
+  def preprocess(self, example: dict, train: bool) -> dict:
+    """One decoded record -> dict of fixed-shape numpy arrays (numeric only). Must include int `index`."""
+
+  # -- model ------------------------------------------------------------------------------------------------------
+  @abc.abstractmethod
+  def init_params(self, rng) -> Any:
+    """Pure function: rng -> params with logical-axis boxes (called under jax.eval_shape and jax.jit)."""
+
+  def load_pretrained(self, params: dict) -> dict:
+    """Host numpy params -> params with pretrained weights filled in (called when not resuming)."""
+    return params
+
+  @property
+  @abc.abstractmethod
+  def trainable_patterns(self) -> tuple:
+    """Regexes over 'a/b/c' parameter paths; matching parameters are trained, the rest frozen."""
+
+  def aux_inputs(self, split: str) -> dict:
+    """Constant arrays the step needs besides the batch (answer vocabulary, graphs), as numpy.
+
+    Train and eval values must have identical shapes and dtypes so that one compiled function serves both.
+    """
+    return {}
+
+  def aux_logical_axes(self) -> dict:
+    """Logical partition specs for `aux_inputs` leaves (a tree of PartitionSpec); default: replicated."""
+    return None
+
+  @abc.abstractmethod
+  def loss(self, params, batch: dict, aux: dict, rng, train: bool = True):
+    """-> (scalar loss, dict of scalar metrics). Traced inside the jitted train step."""
+
+  @abc.abstractmethod
+  def predict(self, params, batch: dict, aux: dict) -> dict:
+    """-> dict of per-example arrays [batch, ...]. Traced inside the jitted eval step."""
+
+  # -- evaluation -------------------------------------------------------------------------------------------------
+  @abc.abstractmethod
+  def evaluate(self, split: str, outputs: dict, out_dir: str) -> dict:
+    """Predictions of all valid examples (numpy, ordered by `index`) -> metrics; writes the prediction files."""
+
+  def describe(self) -> str:
+    return type(self).__name__

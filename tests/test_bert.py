@@ -1,0 +1,304 @@
+"""Parity of evqa_jax.models.bert with Hugging Face PyTorch BERT, and the checkpoint utilities."""
+
+import os
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+import transformers
+
+from evqa_jax.models import bert, hf_utils
+
+TINY = dict(vocab_size=99, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+            max_position_embeddings=40, type_vocab_size=2, hidden_act="gelu", layer_norm_eps=1e-12)
+
+
+def _randomise_(module: torch.nn.Module, seed: int):
+  """HF initialises LayerNorms to (1, 0) and biases to 0, which would hide mapping mistakes: randomise all."""
+  g = torch.Generator().manual_seed(seed)
+  with torch.no_grad():
+    for p in module.parameters():
+      p.copy_(0.1 * torch.randn(p.shape, generator=g) + (1.0 if p.ndim == 1 and p.abs().sum() > 0 else 0.0))
+
+
+@pytest.fixture(scope="module")
+def hf_dir(tmp_path_factory):
+  """A tiny random BertForMaskedLM saved with save_pretrained (safetensors) and as pytorch_model.bin."""
+  torch.manual_seed(0)
+  model = transformers.BertForMaskedLM(transformers.BertConfig(**TINY)).eval()
+  _randomise_(model, 0)
+  d = tmp_path_factory.mktemp("tiny_bert")
+  model.save_pretrained(str(d))
+  bin_dir = tmp_path_factory.mktemp("tiny_bert_bin")
+  torch.save(model.state_dict(), str(bin_dir / "pytorch_model.bin"))
+  return str(d), str(bin_dir)
+
+
+def _batch(seed=0, batch=3, length=9, vocab=99):
+  rng = np.random.RandomState(seed)
+  ids = rng.randint(1, vocab, size=(batch, length)).astype(np.int32)
+  mask = np.ones((batch, length), np.int32)
+  mask[1, 6:] = 0  # right padding
+  mask[2, 3:] = 0
+  ids[mask == 0] = 0
+  tt = np.zeros_like(ids)
+  tt[:, length // 2:] = 1
+  return ids, mask, tt
+
+
+def _t(x):
+  return torch.from_numpy(np.asarray(x)).long()
+
+
+def _np(x):
+  return np.asarray(x, np.float32)
+
+
+def _load(cfg, path, seed=1):
+  init = bert.init_variables(cfg, jax.random.PRNGKey(seed))
+  return bert.load_hf_params(cfg, path, init)
+
+
+def test_hidden_states_match_hf_with_padding(hf_dir):
+  cfg = bert.BertConfig.from_hf_dir(hf_dir[0])
+  params, report = _load(cfg, hf_dir[0])
+  assert report.missing == [] and report.unused == []
+  ids, mask, tt = _batch()
+  ours = bert.BertLM(cfg).apply({"params": params}, ids, mask, token_type_ids=tt)["hidden"]
+  hf = transformers.BertModel.from_pretrained(hf_dir[0], add_pooling_layer=False).eval()
+  with torch.no_grad():
+    ref = hf(input_ids=_t(ids), attention_mask=_t(mask), token_type_ids=_t(tt)).last_hidden_state.numpy()
+  assert ours.shape == (3, 9, 64)
+  np.testing.assert_allclose(_np(ours), ref, atol=1e-5, rtol=1e-5)
+
+
+def test_pytorch_bin_gives_same_params_as_safetensors(hf_dir):
+  cfg = bert.BertConfig(**TINY)
+  a, _ = _load(cfg, hf_dir[0])
+  b, report = _load(cfg, hf_dir[1])
+  assert report.source.endswith("pytorch_model.bin") and report.missing == []
+  jax.tree.map(np.testing.assert_array_equal, a, b)
+
+
+def test_mlm_logits_match_hf(hf_dir):
+  cfg = bert.BertConfig(**TINY)
+  params, _ = _load(cfg, hf_dir[0])
+  ids, mask, tt = _batch(seed=1)
+  ours = bert.BertLM(cfg).apply({"params": params}, ids, mask, token_type_ids=tt, decode=True)["logits"]
+  hf = transformers.BertForMaskedLM.from_pretrained(hf_dir[0]).eval()
+  with torch.no_grad():
+    ref = hf(input_ids=_t(ids), attention_mask=_t(mask), token_type_ids=_t(tt)).logits.numpy()
+  assert ours.shape == (3, 9, 99)
+  np.testing.assert_allclose(_np(ours), ref, atol=1e-4, rtol=1e-5)
+
+
+def _visual_inputs(cfg, seed=2):
+  rng = np.random.RandomState(seed)
+  video = rng.randn(3, cfg.num_visual_tokens, cfg.visual_dim).astype(np.float32)
+  vmask = np.ones((3, cfg.num_visual_tokens), np.int32)
+  vmask[2, -1:] = 0
+  return video, vmask
+
+
+def _hf_visual_forward(hf_bert, params, ids, mask, tt, video, vmask):
+  """HF on inputs_embeds = concat(visual_proj(video), word_emb(ids)), mask and token types concatenated."""
+  kernel = np.asarray(params["visual_proj"]["dense"]["kernel"])
+  proj = torch.nn.Linear(*kernel.shape)
+  with torch.no_grad():
+    proj.weight.copy_(torch.from_numpy(kernel.T.copy()))
+    proj.bias.copy_(torch.from_numpy(np.asarray(params["visual_proj"]["dense"]["bias"])))
+    embeds = torch.cat([proj(torch.from_numpy(video)), hf_bert.embeddings.word_embeddings(_t(ids))], dim=1)
+    t = video.shape[1]
+    return hf_bert(inputs_embeds=embeds, attention_mask=_t(np.concatenate([vmask, mask], 1)),
+                   token_type_ids=_t(np.concatenate([np.zeros((3, t), np.int64), tt], 1)))
+
+
+def test_visual_tokens_match_hf_inputs_embeds(hf_dir):
+  cfg = bert.BertConfig(**TINY, num_visual_tokens=4, visual_dim=12)
+  params, report = _load(cfg, hf_dir[0])
+  assert sorted(report.missing) == ["visual_proj/dense/bias", "visual_proj/dense/kernel"]
+  # visual_proj comes from init_params (zeros bias): give it a non-trivial bias too.
+  params["visual_proj"]["dense"]["bias"] = jnp.linspace(-0.5, 0.5, 64)
+  ids, mask, tt = _batch(seed=3)
+  video, vmask = _visual_inputs(cfg)
+  ours = bert.BertLM(cfg).apply({"params": params}, ids, mask, token_type_ids=tt, visual=video,
+                                visual_mask=vmask)["hidden"]
+  hf = transformers.BertModel.from_pretrained(hf_dir[0], add_pooling_layer=False).eval()
+  ref = _hf_visual_forward(hf, params, ids, mask, tt, video, vmask).last_hidden_state.numpy()
+  assert ours.shape == (3, 4 + 9, 64)
+  np.testing.assert_allclose(_np(ours), ref, atol=1e-5, rtol=1e-5)
+
+
+def test_adapters_match_hf_with_forward_hooks(hf_dir):
+  cfg = bert.BertConfig(**TINY, use_adapters=True, adapter_reduction=8)
+  params, report = _load(cfg, hf_dir[0])
+  assert len(report.missing) == 2 * 2 * 4  # 2 layers x 2 adapters x (down, up) x (kernel, bias)
+  rng = np.random.RandomState(4)
+  params = jax.tree_util.tree_map_with_path(
+      lambda path, x: jnp.asarray(0.3 * rng.randn(*x.shape), jnp.float32)
+      if "adapter" in jax.tree_util.keystr(path) else x, params)
+  ids, mask, tt = _batch(seed=5)
+  ours = bert.BertLM(cfg).apply({"params": params}, ids, mask, token_type_ids=tt)["hidden"]
+  plain = bert.BertLM(bert.BertConfig(**TINY)).apply(
+      {"params": {k: v for k, v in params.items()}}, ids, mask, token_type_ids=tt)["hidden"]
+
+  hf = transformers.BertModel.from_pretrained(hf_dir[0], add_pooling_layer=False).eval()
+
+  def adapter_hook(p):
+    down_w, down_b = (torch.from_numpy(np.asarray(p["down"][n])) for n in ("kernel", "bias"))
+    up_w, up_b = (torch.from_numpy(np.asarray(p["up"][n])) for n in ("kernel", "bias"))
+    return lambda module, inputs, out: out + torch.relu(out @ down_w + down_b) @ up_w + up_b
+
+  for i, layer in enumerate(hf.encoder.layer):
+    lp = params["encoder"][f"layer_{i}"]
+    layer.attention.output.dense.register_forward_hook(adapter_hook(lp["attention"]["output"]["adapter_attn"]))
+    layer.output.dense.register_forward_hook(adapter_hook(lp["output"]["adapter_ffn"]))
+  with torch.no_grad():
+    ref = hf(input_ids=_t(ids), attention_mask=_t(mask), token_type_ids=_t(tt)).last_hidden_state.numpy()
+  np.testing.assert_allclose(_np(ours), ref, atol=1e-5, rtol=1e-5)
+  assert np.abs(_np(ours) - _np(plain)).max() > 1e-2  # the adapters really change the output
+
+
+def test_mask_feature_is_head_transform_at_mask_index(hf_dir):
+  cfg = bert.BertConfig(**TINY, num_visual_tokens=4, visual_dim=12)
+  params, _ = _load(cfg, hf_dir[0])
+  ids, mask, tt = _batch(seed=6)
+  video, vmask = _visual_inputs(cfg, seed=7)
+  mask_index = np.array([4 + 2, 4 + 5, 4 + 0], np.int32)  # full-sequence index: text position + T
+  out = bert.BertLM(cfg).apply({"params": params}, ids, mask, token_type_ids=tt, visual=video, visual_mask=vmask,
+                               mask_index=mask_index, decode=True)
+  assert out["mask_feature"].shape == (3, 64)
+  hf = transformers.BertForMaskedLM.from_pretrained(hf_dir[0]).eval()
+  hidden = _hf_visual_forward(hf.bert, params, ids, mask, tt, video, vmask).last_hidden_state
+  with torch.no_grad():
+    ref = hf.cls.predictions.transform(hidden[torch.arange(3), torch.from_numpy(mask_index).long()]).numpy()
+    ref_logits = hf.cls(hidden).numpy()
+  np.testing.assert_allclose(_np(out["mask_feature"]), ref, atol=1e-5, rtol=1e-5)
+  np.testing.assert_allclose(_np(out["logits"]), ref_logits, atol=1e-4, rtol=1e-5)
+
+
+def test_real_minilm_matches_hf():
+  from evqa_jax.pretrained import minilm_dir  # pylint: disable=g-import-not-at-top
+  path = minilm_dir()
+  cfg = bert.BertConfig.from_hf_dir(path)
+  assert (cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads) == (384, 6, 12)
+  params, report = bert.load_hf_params(cfg, path, bert.init_variables(cfg, jax.random.PRNGKey(0)))
+  assert report.missing and all(p.startswith("cls/") for p in report.missing)
+  assert any("no MLM head" in n for n in report.notes)
+  assert report.unused == ["pooler.dense.bias", "pooler.dense.weight"]
+  tok = transformers.AutoTokenizer.from_pretrained(path)
+  enc = tok(["A man is slicing a tomato in the kitchen.", "Who plays the guitar?"], padding=True,
+            return_tensors="np")
+  ids, mask, tt = (enc[k].astype(np.int32) for k in ("input_ids", "attention_mask", "token_type_ids"))
+  assert mask[1].sum() < mask[0].sum()  # the second sentence is padded
+  ours = bert.BertLM(cfg).apply({"params": params}, ids, mask, token_type_ids=tt)["hidden"]
+  hf = transformers.BertModel.from_pretrained(path).eval()
+  with torch.no_grad():
+    ref = hf(input_ids=_t(ids), attention_mask=_t(mask), token_type_ids=_t(tt)).last_hidden_state.numpy()
+  np.testing.assert_allclose(_np(ours), ref, atol=1e-4, rtol=1e-4)
+  np.testing.assert_array_equal(np.asarray(bert.word_embeddings(params)),
+                                hf.embeddings.word_embeddings.weight.detach().numpy())
+
+
+def test_bfloat16_close_to_float32(hf_dir):
+  cfg32 = bert.BertConfig(**TINY)
+  cfg16 = bert.BertConfig(**TINY, dtype="bfloat16")
+  params, _ = _load(cfg32, hf_dir[0])
+  ids, mask, tt = _batch(seed=8)
+  h32 = bert.BertLM(cfg32).apply({"params": params}, ids, mask, token_type_ids=tt)["hidden"]
+  h16 = bert.BertLM(cfg16).apply({"params": params}, ids, mask, token_type_ids=tt)["hidden"]
+  assert h16.dtype == jnp.bfloat16
+  err = np.abs(_np(h16) - _np(h32))
+  assert err.max() < 0.1 and err.mean() < 0.02, (err.max(), err.mean())
+
+
+def test_dropout_and_gradients():
+  cfg = bert.BertConfig(**TINY, num_visual_tokens=2, visual_dim=8, use_adapters=True)
+  variables = bert.init_variables(cfg, jax.random.PRNGKey(0))
+  params = hf_utils.params_of(variables)
+  ids, mask, tt = _batch(seed=9)
+  video = np.ones((3, 2, 8), np.float32)
+  model = bert.BertLM(cfg)
+
+  def run(p, rng, deterministic):
+    return model.apply({"params": p}, ids, mask, visual=video, mask_index=jnp.array([2, 3, 4]),
+                       deterministic=deterministic, rngs={"dropout": rng})["mask_feature"]
+
+  a = run(params, jax.random.PRNGKey(1), False)
+  b = run(params, jax.random.PRNGKey(2), False)
+  c = run(params, jax.random.PRNGKey(1), True)
+  d = run(params, jax.random.PRNGKey(2), True)
+  assert np.abs(_np(a) - _np(b)).max() > 1e-3
+  np.testing.assert_array_equal(_np(c), _np(d))
+  grads = jax.grad(lambda p: jnp.sum(run(p, jax.random.PRNGKey(1), False) ** 2))(params)
+  flat = hf_utils.flatten_params(grads)
+  for name in ("visual_proj/dense/kernel", "encoder/layer_1/output/adapter_ffn/up/kernel",
+               "encoder/layer_0/attention/output/LayerNorm/scale"):
+    assert np.abs(_np(flat[name])).max() > 0, name
+
+
+def test_every_parameter_has_logical_axis_names():
+  cfg = bert.BertConfig(**TINY, num_visual_tokens=2, visual_dim=8, use_adapters=True)
+  variables = jax.eval_shape(lambda: bert.init_variables(cfg, jax.random.PRNGKey(0)))
+  leaves = jax.tree.leaves(variables["params"], is_leaf=lambda x: isinstance(x, nn.LogicallyPartitioned))
+  assert len(leaves) == 10 + 2 + 2 * 24
+  vocabulary = {"vocab", "embed", "mlp", "heads", "kv", None}
+  for leaf in leaves:
+    assert isinstance(leaf, nn.LogicallyPartitioned)
+    assert len(leaf.names) == leaf.value.ndim and set(leaf.names) <= vocabulary
+  trainable = [p for p in hf_utils.flatten_params(hf_utils.params_of(variables))
+               if __import__("re").search(r"(visual_proj|adapter|LayerNorm|verbalizer)", p)]
+  assert len(trainable) == 2 + 2 + 2 + 2 * (2 * 2 + 2 * 4)
+
+
+def test_shape_mismatch_names_the_parameter(hf_dir):
+  cfg = bert.BertConfig(**{**TINY, "intermediate_size": 96})
+  with pytest.raises(ValueError, match=r"encoder/layer_0/intermediate/dense/(kernel|bias).*encoder\.layer\.0"):
+    bert.load_hf_params(cfg, hf_dir[0], bert.init_variables(cfg, jax.random.PRNGKey(0)))
+
+
+def test_config_errors_and_overrides(hf_dir, tmp_path):
+  cfg = bert.BertConfig.from_hf_dir(hf_dir[0], num_visual_tokens=10, dtype="bfloat16")
+  assert cfg.num_visual_tokens == 10 and cfg.dtype == jnp.bfloat16 and cfg.hidden_size == 64
+  with pytest.raises(ValueError, match="unknown override.*num_visual_token"):
+    bert.BertConfig.from_hf_dir(hf_dir[0], num_visual_token=10)
+  with pytest.raises(ValueError, match="model_type 'roberta'"):
+    bert.BertConfig.from_dict({"model_type": "roberta"})
+  with pytest.raises(FileNotFoundError, match="config.json"):
+    bert.BertConfig.from_hf_dir(str(tmp_path))
+  with pytest.raises(FileNotFoundError, match="no checkpoint found"):
+    bert.load_hf_params(bert.BertConfig(**TINY), str(tmp_path))
+  model = bert.BertLM(bert.BertConfig(**TINY, num_visual_tokens=2, visual_dim=8))
+  ids = jnp.ones((1, 5), jnp.int32)
+  with pytest.raises(ValueError, match="no `visual` input"):
+    model.init(jax.random.PRNGKey(0), ids, ids)
+  with pytest.raises(ValueError, match="max_position_embeddings=40"):
+    model.init(jax.random.PRNGKey(0), jnp.ones((1, 39), jnp.int32), jnp.ones((1, 39), jnp.int32),
+               visual=jnp.zeros((1, 2, 8)))
+
+
+def test_hf_utils_readers_and_trees(tmp_path):
+  from safetensors.torch import save_file  # pylint: disable=g-import-not-at-top
+  w = torch.randn(3, 5)
+  save_file({"a.w": w.bfloat16(), "a.b": torch.arange(4), "c": w.half()}, str(tmp_path / "model.safetensors"))
+  ckpt = hf_utils.read_checkpoint(str(tmp_path))
+  np.testing.assert_array_equal(ckpt["a.w"], w.bfloat16().float().numpy())
+  np.testing.assert_array_equal(ckpt["c"], w.half().float().numpy())
+  assert ckpt["a.w"].dtype == np.float32 and ckpt["a.b"].dtype == np.int64
+  torch.save({"model": {"x": w}, "epoch": 3}, str(tmp_path / "train.pth"))
+  np.testing.assert_array_equal(hf_utils.read_checkpoint(str(tmp_path / "train.pth"))["x"], w.numpy())
+  tree = {"a": {"b": 1, "c": {"d": 2}}, "e": 3}
+  assert hf_utils.unflatten_params(hf_utils.flatten_params(tree)) == tree
+  assert hf_utils.flatten_params(tree) == {"a/b": 1, "a/c/d": 2, "e": 3}
+  expected = {"p/kernel": np.zeros((5, 3), np.float32), "q": np.ones(2, np.float32)}
+  rules = {"p/kernel": hf_utils.Rule(("a.w",), hf_utils.linear_kernel)}
+  flat, report = hf_utils.assemble(expected, ckpt, rules, "src", init=expected)
+  np.testing.assert_array_equal(flat["p/kernel"], ckpt["a.w"].T)
+  assert report.loaded == ["p/kernel"] and report.missing == ["q"] and report.unused == ["a.b", "c"]
+  with pytest.raises(ValueError, match="no init_params given.*q"):
+    hf_utils.assemble(expected, ckpt, rules, "src")
+  with pytest.raises(ValueError, match=r"'p/kernel'.*\(4, 3\).*a\.w \(3, 5\)"):
+    hf_utils.assemble({"p/kernel": np.zeros((4, 3))}, ckpt, rules, "src")
