@@ -88,3 +88,27 @@ def ovqa_config(dataset: str, arg, cvqa_topk: int) -> ml_collections.ConfigDict:
     c.log_every_steps = 1
     c.data.max_tokens = 32
   return c
+
+
+OVQA_COLUMNS = [("base", "B"), ("common", "C"), ("rare", "R"), ("unseen", "U"), ("total", "T"), ("mAcc", "M"),
+                ("BNG", "BNG")]
+
+
+def ovqa_sweep(name: str, arg) -> dict:
+  """eps: Table 8 (eps 1.0 .. 0.0); variants: Table 5 (A-E); heads: CVQA vs FrozenBiLM+ vs + verbalizer."""
+  del arg
+  if name == "eps":
+    points = [{"name": f"eps_{e:.1f}", "overrides": {"verbalizer.variant": "E", "verbalizer.eps": e}, "x": e}
+              for e in (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0)]
+    return {"points": points, "columns": OVQA_COLUMNS, "split": "test", "x_label": "eps"}
+  if name == "variants":
+    points = [{"name": f"variant_{v}", "overrides": {"verbalizer.variant": v}, "x": None} for v in "ABCDE"]
+    return {"points": points, "columns": OVQA_COLUMNS, "split": "test", "x_label": None}
+  if name == "heads":
+    points = [
+        {"name": "cvqa", "overrides": {"model.head": "cvqa", "verbalizer.variant": "A"}, "x": None},
+        {"name": "frozenbilm_plus", "overrides": {"model.head": "open", "verbalizer.variant": "A"}, "x": None},
+        {"name": "frozenbilm_plus_gnn", "overrides": {"model.head": "open", "verbalizer.variant": "E"}, "x": None},
+    ]
+    return {"points": points, "columns": OVQA_COLUMNS, "split": "test", "x_label": None}
+  raise ValueError(f"unknown sweep {name!r}: expected eps, variants or heads")

@@ -13,3 +13,7 @@ from configs import ovqa_common
 
 def get_config(arg=None):
   return ovqa_common.ovqa_config("msvd", arg, cvqa_topk=1852)
+
+
+def get_sweep(name, arg=None):
+  return ovqa_common.ovqa_sweep(name, arg)

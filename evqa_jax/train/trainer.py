@@ -287,4 +287,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
     with open(hist_path, mode) as f:
       for row in history:
         f.write(json.dumps(row) + "\n")
-  return {"step": step, "train": history[-1] if history else {}, "eval": last_metrics}
+  result = {"step": step, "train": history[-1] if history else {}, "eval": last_metrics}
+  if jax.process_index() == 0 and step >= total_steps:
+    io_lib.write_json(os.path.join(workdir, "final_metrics.json"), result)
+  return result

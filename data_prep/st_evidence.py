@@ -1,0 +1,637 @@
+"""ST-Evidence (E-VQA) converter: official CSV + frames + masks (+ MCQ) -> TFRecord dataset.
+
+    python -m data_prep.st_evidence --csv C --frames DIR (--masks DIR | --instruct-json DIR | both) \
+        [--split test] [--mcq MCQ.json] [--num-frames 32] [--frame-size H W] [--allow-missing-masks] \
+        [--num-shards N] [--skip-bad] --out OUT
+
+Raw format (REFERENCE.md section 3):
+  CSV            columns entry_id, video_id, video_path, question, candidates (python-list string, e.g.
+                 "['red', 'blue', ...]"), answer (text, one of the candidates), segment ("[[s, e], ...]" seconds)
+  frames         frames/<video_id>/<frame:05d>.png|.jpg, every frame of the video at 6 fps, numbered from 0
+  --masks        gt_masks/<entry_id>/<frame>.png: any non-zero pixel = evidence object (all objects merged);
+                 <frame> is the frame index at 6 fps; a frame without a PNG has an empty mask
+  --instruct-json  <dir>/<entry_id>.json (ST-Evidence-Instruct): {fps, width, height, evidence_objects:
+                 [{ref_expression, masks: [{frame, mask}]}]}, mask = {exterior: [[x, y], ...], holes: [[[x, y],
+                 ...], ...]} polygon (pixel coordinates, rasterised with PIL, holes cut out) or COCO RLE
+                 {size: [h, w], counts: list | string}; frame indices at the JSON's fps, mapped to 6 fps by time.
+                 When both mask sources are given an entry uses its JSON if present, else its PNG folder.
+  --mcq          {entry_id: {"qa": {"options": [5 strings], "answer": int},
+                             "temporal": {"options": [[[s, e], ...] x 4], "answer": int},
+                             "spatial": {"frame": int, "options_dir": "mcq_masks/<entry_id>/", "answer": int}}}
+                 options_dir (relative to the MCQ file) holds 4 candidate mask PNGs, option k = k-th by numeric name.
+
+Record schema (one record per CSV row; T = --num-frames, H x W = --frame-size):
+  entry_id             string ()
+  video_id             string ()
+  question             string ()
+  candidates           string [C]         answer options in CSV order (C = 5 in ST-Evidence)
+  answer_index         int32 ()           index of the answer text in candidates (exact match after strip)
+  frames               uint8 [T, H, W, 3] RGB; all frames when the video has <= T, else T uniformly sampled
+                                          (first and last kept); zero padding after the real frames
+  frame_mask           bool [T]           True for real frames
+  frame_times          float32 [T]        seconds of each frame (index / 6); 0 for padding
+  frame_indices        int32 [T]          index of each frame in the 6 fps video; -1 for padding
+  fps                  float32 ()         6.0
+  num_video_frames     int32 ()           frames in the whole video at 6 fps
+  orig_size            int32 [2]          (height, width) of the source frames (masks are predicted at this size)
+  masks                uint8 [T, H, W]    0/1 evidence mask of each sampled frame, all objects merged
+  has_masks            bool ()            False only for entries converted with --allow-missing-masks
+  segments             float32 [S, 2]     temporal evidence [start, end] seconds (S >= 1, variable)
+  has_mcq              bool ()            True when the MCQ file has this entry; the mcq_* fields are
+                                          zeros / -1 otherwise
+  mcq_segments         float32 [4, S_max, 2]  the 4 temporal options, zero-padded to the longest (S_max)
+  mcq_segments_len     int32 [4]          segments in each temporal option
+  mcq_temporal_answer  int32 ()           0..3 (-1 without MCQ)
+  mcq_masks            uint8 [4, H, W]    the 4 spatial options (0/1) on the reference frame
+  mcq_frame            int32 ()           reference frame index at 6 fps (-1 without MCQ)
+  mcq_spatial_answer   int32 ()           0..3 (-1 without MCQ)
+The MCQ's QA options must equal the CSV candidates and its answer the CSV answer (checked).
+
+Besides the shards, OUT gets the ground truth in the layout of the official evaluators:
+  OUT/<split>.csv                 the converted rows of the CSV, verbatim
+                                  (`python -m evqa_jax.evaluate.st_evidence --gt-csv OUT/test.csv`)
+  OUT/gt_masks/<entry_id>/*.png   copies of the PNG masks (entries whose masks came from PNGs)
+  OUT/<split>_mcq.json            the MCQ ground truth of the converted entries, options_dir pointing to
+  OUT/mcq_masks/<entry_id>/*.png  copies of the candidate masks
+and metadata.json (task "evqa", fps, num_frames, frame_size, per-split conversion counts, these file names).
+
+Bad input (missing column or field, bad candidates list string, answer not among the candidates, malformed
+segment string, missing or unreadable frame/mask image, polygon outside the frame, malformed MCQ entry)
+raises ConversionError naming file, entry and field; with --skip-bad the entry is skipped and counted under
+its reason instead. Every output file is written atomically.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import collections
+import csv
+import io
+import json
+import math
+import os
+import shutil
+import sys
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+from PIL import Image, ImageDraw
+
+from evqa_jax import io as evqa_io
+from evqa_jax.data import records
+from evqa_jax.data.example import Feature
+
+FPS = 6.0
+NUM_FRAMES = 32
+FRAME_SIZE = (224, 224)
+CSV_COLUMNS = ("entry_id", "video_id", "video_path", "question", "candidates", "answer", "segment")
+IMAGE_EXTS = (".png", ".jpg", ".jpeg")
+NUM_MCQ_OPTIONS = 4
+GT_MASKS_DIR = "gt_masks"
+MCQ_MASKS_DIR = "mcq_masks"
+
+
+class ConversionError(ValueError):
+  """Bad input; `reason` is the short key under which --skip-bad counts it."""
+
+  def __init__(self, reason: str, message: str):
+    self.reason = reason
+    super().__init__(message)
+
+
+def record_spec(num_frames: int, height: int, width: int) -> dict[str, Feature]:
+  t, h, w = num_frames, height, width
+  return {
+      "entry_id": Feature("string", ()),
+      "video_id": Feature("string", ()),
+      "question": Feature("string", ()),
+      "candidates": Feature("string", (None,)),
+      "answer_index": Feature("int32", ()),
+      "frames": Feature("uint8", (t, h, w, 3)),
+      "frame_mask": Feature("bool", (t,)),
+      "frame_times": Feature("float32", (t,)),
+      "frame_indices": Feature("int32", (t,)),
+      "fps": Feature("float32", ()),
+      "num_video_frames": Feature("int32", ()),
+      "orig_size": Feature("int32", (2,)),
+      "masks": Feature("uint8", (t, h, w)),
+      "has_masks": Feature("bool", ()),
+      "segments": Feature("float32", (None, 2)),
+      "has_mcq": Feature("bool", ()),
+      "mcq_segments": Feature("float32", (NUM_MCQ_OPTIONS, None, 2)),
+      "mcq_segments_len": Feature("int32", (NUM_MCQ_OPTIONS,)),
+      "mcq_temporal_answer": Feature("int32", ()),
+      "mcq_masks": Feature("uint8", (NUM_MCQ_OPTIONS, h, w)),
+      "mcq_frame": Feature("int32", ()),
+      "mcq_spatial_answer": Feature("int32", ()),
+  }
+
+
+# ----------------------------------------------------------------------------------------------- parsing
+
+def parse_candidates(text: str, where: str) -> list[str]:
+  """"['a', 'b', ...]" -> list of stripped strings (at least two, no duplicates)."""
+  try:
+    value = ast.literal_eval(text) if isinstance(text, str) else None
+  except (ValueError, SyntaxError, MemoryError, RecursionError):
+    value = None
+  if (not isinstance(value, (list, tuple)) or len(value) < 2
+      or not all(isinstance(c, str) and c.strip() for c in value)):
+    raise ConversionError("bad_candidates",
+                          f"{where}: field 'candidates' must be a python-list string of >= 2 non-empty strings, got {text!r}")
+  out = [c.strip() for c in value]
+  if len(set(out)) != len(out):
+    raise ConversionError("bad_candidates", f"{where}: field 'candidates' has duplicate options: {out}")
+  return out
+
+
+def _as_segments(value: Any) -> np.ndarray | None:
+  if not isinstance(value, (list, tuple)) or not value:
+    return None
+  segs = []
+  for seg in value:
+    if (not isinstance(seg, (list, tuple)) or len(seg) != 2
+        or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in seg)
+        or seg[0] < 0 or seg[1] < seg[0]):
+      return None
+    segs.append([float(seg[0]), float(seg[1])])
+  return np.asarray(segs, np.float32).reshape(-1, 2)
+
+
+def parse_segments(text: str, where: str, field: str = "segment") -> np.ndarray:
+  """"[[s, e], ...]" (seconds, 0 <= s <= e, at least one) -> float32 [S, 2]."""
+  try:
+    value = ast.literal_eval(text.strip()) if isinstance(text, str) else None
+  except (ValueError, SyntaxError, MemoryError, RecursionError):
+    value = None
+  segs = _as_segments(value)
+  if segs is None:
+    raise ConversionError("bad_segment",
+                          f"{where}: field {field!r} must look like \"[[start, end], ...]\" with 0 <= start <= end, got {text!r}")
+  return segs
+
+
+def read_csv(path: str) -> tuple[list[str], list[dict]]:
+  """Returns (header, rows as dicts with the raw text); error naming the file for missing columns."""
+  try:
+    with open(path, newline="", encoding="utf-8") as f:
+      reader = csv.DictReader(f)
+      header = list(reader.fieldnames or [])
+      rows = list(reader)
+  except (OSError, UnicodeDecodeError, csv.Error) as e:
+    raise ConversionError("unreadable_csv", f"{path}: cannot read CSV ({e})") from e
+  missing = [c for c in CSV_COLUMNS if c not in header]
+  if missing:
+    raise ConversionError("missing_column", f"{path}: missing column(s) {missing} (header: {header})")
+  return header, rows
+
+
+# ------------------------------------------------------------------------------------------------ images
+
+def read_image(path: str, mode: str, where: str) -> np.ndarray:
+  try:
+    with Image.open(path) as im:
+      im.load()
+      return np.asarray(im.convert(mode))
+  except (OSError, ValueError, SyntaxError) as e:  # PIL raises these for truncated / non-image files
+    raise ConversionError("unreadable_image", f"{where}: cannot read image {path} ({e})") from e
+
+
+def read_mask_png(path: str, where: str) -> np.ndarray:
+  """Any non-zero pixel (in any channel) = object; returns uint8 0/1 [H, W]."""
+  try:
+    with Image.open(path) as im:
+      im.load()
+      arr = np.asarray(im)
+  except (OSError, ValueError, SyntaxError) as e:
+    raise ConversionError("unreadable_image", f"{where}: cannot read mask {path} ({e})") from e
+  if arr.ndim == 3:
+    arr = arr.any(axis=-1)
+  return (arr != 0).astype(np.uint8)
+
+
+def resize_rgb(img: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+  if img.shape[:2] == tuple(size):
+    return img
+  return np.asarray(Image.fromarray(img).resize((size[1], size[0]), Image.BILINEAR))
+
+
+def resize_mask(mask: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+  if mask.shape == tuple(size):
+    return mask
+  return np.asarray(Image.fromarray(mask * 255).resize((size[1], size[0]), Image.NEAREST)) > 127
+
+
+def _check_points(points: Any, height: int, width: int, where: str, what: str) -> list[tuple[float, float]]:
+  if not isinstance(points, (list, tuple)) or len(points) < 3:
+    raise ConversionError("bad_mask", f"{where}: {what} must be a list of >= 3 [x, y] points")
+  out = []
+  for p in points:
+    if (not isinstance(p, (list, tuple)) or len(p) != 2
+        or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in p)):
+      raise ConversionError("bad_mask", f"{where}: {what} has a malformed point {p!r}")
+    x, y = float(p[0]), float(p[1])
+    if not (0 <= x <= width and 0 <= y <= height):
+      raise ConversionError("polygon_outside_frame",
+                            f"{where}: {what} point ({x}, {y}) lies outside the {width}x{height} frame")
+    out.append((x, y))
+  return out
+
+
+def rasterize_polygon(exterior: Sequence, holes: Sequence, height: int, width: int, where: str = "polygon") -> np.ndarray:
+  """PIL rasterisation: fill the exterior with 1, then each hole with 0 (boundary pixels included). [H, W] uint8."""
+  img = Image.new("L", (width, height), 0)
+  draw = ImageDraw.Draw(img)
+  draw.polygon(_check_points(exterior, height, width, where, "exterior"), fill=1)
+  if not isinstance(holes, (list, tuple)):
+    raise ConversionError("bad_mask", f"{where}: holes must be a list of polygons")
+  for k, hole in enumerate(holes):
+    draw.polygon(_check_points(hole, height, width, where, f"holes[{k}]"), fill=0)
+  return np.asarray(img, np.uint8)
+
+
+def decode_rle(rle: dict, height: int, width: int, where: str) -> np.ndarray:
+  """COCO RLE (column-major runs starting with zeros; counts a list or the compressed string) -> [H, W] uint8."""
+  size, counts = rle.get("size"), rle.get("counts")
+  if not isinstance(size, (list, tuple)) or list(size) != [height, width]:
+    raise ConversionError("bad_mask", f"{where}: RLE size {size!r} differs from the frame size [{height}, {width}]")
+  if isinstance(counts, str):
+    runs, p = [], 0
+    while p < len(counts):
+      x, k, more = 0, 0, True
+      while more:
+        c = ord(counts[p]) - 48
+        x |= (c & 0x1F) << (5 * k)
+        more = bool(c & 0x20)
+        p += 1
+        k += 1
+        if not more and (c & 0x10):
+          x |= -1 << (5 * k)
+      if len(runs) > 2:
+        x += runs[-2]
+      runs.append(x)
+  elif isinstance(counts, list) and all(isinstance(c, int) for c in counts):
+    runs = counts
+  else:
+    raise ConversionError("bad_mask", f"{where}: RLE counts must be a list of ints or a string")
+  if any(r < 0 for r in runs) or sum(runs) != height * width:
+    raise ConversionError("bad_mask", f"{where}: RLE runs sum to {sum(runs)}, expected {height * width}")
+  flat = np.zeros(height * width, np.uint8)
+  pos = 0
+  for i, r in enumerate(runs):
+    if i % 2:
+      flat[pos:pos + r] = 1
+    pos += r
+  return flat.reshape(width, height).T.copy()
+
+
+def masks_from_instruct(path: str, entry_id: str, num_video_frames: int, height: int, width: int) -> dict[int, np.ndarray]:
+  """{frame index at 6 fps: merged 0/1 mask [H, W]} from an ST-Evidence-Instruct JSON."""
+  where = f"{path}: entry {entry_id!r}"
+  try:
+    with open(path) as f:
+      obj = json.load(f)
+  except (OSError, json.JSONDecodeError) as e:
+    raise ConversionError("unreadable_json", f"{where}: cannot read JSON ({e})") from e
+  if not isinstance(obj, dict):
+    raise ConversionError("missing_field", f"{where}: expected a JSON object")
+  for key in ("fps", "width", "height", "evidence_objects"):
+    if key not in obj:
+      raise ConversionError("missing_field", f"{where}: missing field {key!r}")
+  fps = obj["fps"]
+  if not isinstance(fps, (int, float)) or fps <= 0:
+    raise ConversionError("bad_mask", f"{where}: field 'fps' must be a positive number, got {fps!r}")
+  if [obj["height"], obj["width"]] != [height, width]:
+    raise ConversionError("bad_mask", f"{where}: fields height/width {obj['height']}x{obj['width']} differ from "
+                          f"the frames' {height}x{width}")
+  if not isinstance(obj["evidence_objects"], list):
+    raise ConversionError("bad_mask", f"{where}: field 'evidence_objects' must be a list")
+  merged: dict[int, np.ndarray] = {}
+  for i, ev in enumerate(obj["evidence_objects"]):
+    if not isinstance(ev, dict) or not isinstance(ev.get("masks"), list):
+      raise ConversionError("missing_field", f"{where}: evidence_objects[{i}] lacks a 'masks' list")
+    for j, m in enumerate(ev["masks"]):
+      here = f"{where}: field evidence_objects[{i}].masks[{j}]"
+      if not isinstance(m, dict) or "frame" not in m or "mask" not in m:
+        raise ConversionError("missing_field", f"{here}: needs keys 'frame' and 'mask'")
+      if not isinstance(m["frame"], int) or isinstance(m["frame"], bool) or m["frame"] < 0:
+        raise ConversionError("bad_mask", f"{here}: 'frame' must be a non-negative int, got {m['frame']!r}")
+      frame = int(round(m["frame"] / fps * FPS))
+      if frame >= num_video_frames:
+        raise ConversionError("bad_mask", f"{here}: frame {m['frame']} is beyond the video's {num_video_frames} frames")
+      mask = m["mask"]
+      if isinstance(mask, dict) and "exterior" in mask:
+        arr = rasterize_polygon(mask["exterior"], mask.get("holes", []), height, width, here)
+      elif isinstance(mask, dict) and "counts" in mask:
+        arr = decode_rle(mask, height, width, here)
+      else:
+        raise ConversionError("bad_mask", f"{here}: 'mask' must be a polygon {{exterior, holes}} or an RLE {{size, counts}}")
+      merged[frame] = np.maximum(merged.get(frame, 0), arr).astype(np.uint8)
+  return merged
+
+
+def _numbered_images(directory: str, exts=IMAGE_EXTS) -> dict[int, str]:
+  out = {}
+  for name in os.listdir(directory):
+    stem, ext = os.path.splitext(name)
+    if ext.lower() in exts and stem.isdigit():
+      out[int(stem)] = os.path.join(directory, name)
+  return out
+
+
+def masks_from_pngs(directory: str, entry_id: str, num_video_frames: int, height: int, width: int) -> dict[int, np.ndarray]:
+  where = f"{directory}: entry {entry_id!r}"
+  out = {}
+  for frame, path in sorted(_numbered_images(directory, (".png",)).items()):
+    if frame >= num_video_frames:
+      raise ConversionError("bad_mask", f"{where}: mask {path} is for frame {frame}, the video has {num_video_frames}")
+    m = read_mask_png(path, where)
+    if m.shape != (height, width):
+      raise ConversionError("bad_mask", f"{where}: mask {path} is {m.shape[1]}x{m.shape[0]}, frames are {width}x{height}")
+    out[frame] = m
+  return out
+
+
+def sample_indices(num_video_frames: int, num_frames: int) -> np.ndarray:
+  if num_video_frames <= num_frames:
+    return np.arange(num_video_frames)
+  return np.round(np.linspace(0, num_video_frames - 1, num_frames)).astype(np.int64)
+
+
+class _VideoCache:
+  """Frames of the most recent video (rows of one video are usually adjacent in the CSV)."""
+
+  def __init__(self, frames_dir: str):
+    self.frames_dir = frames_dir
+    self.key = None
+    self.value = None
+
+  def get(self, video_id: str, where: str) -> tuple[dict[int, str], tuple[int, int]]:
+    if self.key == video_id:
+      return self.value
+    d = os.path.join(self.frames_dir, video_id)
+    if not os.path.isdir(d):
+      raise ConversionError("missing_frames", f"{where}: field 'video_id': no frame folder {d}")
+    files = _numbered_images(d)
+    if not files:
+      raise ConversionError("missing_frames", f"{where}: frame folder {d} has no numbered PNG/JPG files")
+    n = len(files)
+    if sorted(files) != list(range(n)):
+      gaps = sorted(set(range(max(files) + 1)) - set(files))[:5]
+      raise ConversionError("missing_frames", f"{where}: frame folder {d} is missing frames {gaps} (frames must be 0..N-1)")
+    first = read_image(files[0], "RGB", where)
+    self.key, self.value = video_id, (files, first.shape[:2])
+    return self.value
+
+
+# ----------------------------------------------------------------------------------------------------- MCQ
+
+def load_mcq(path: str) -> dict:
+  try:
+    with open(path) as f:
+      obj = json.load(f)
+  except (OSError, json.JSONDecodeError) as e:
+    raise ConversionError("unreadable_mcq", f"{path}: cannot read MCQ JSON ({e})") from e
+  if not isinstance(obj, dict):
+    raise ConversionError("bad_mcq", f"{path}: expected a JSON object {{entry_id: {{qa, temporal, spatial}}}}")
+  return obj
+
+
+def _answer_index(value: Any, n: int, where: str, field: str) -> int:
+  if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < n:
+    raise ConversionError("bad_mcq", f"{where}: field {field!r} must be an int in [0, {n}), got {value!r}")
+  return value
+
+
+def parse_mcq_entry(entry: Any, mcq_path: str, entry_id: str, candidates: list[str], answer_index: int,
+                    num_video_frames: int, height: int, width: int) -> dict:
+  """Validates one MCQ entry; returns segments list, masks [4, H, W] (source size), answers, frame, mask files."""
+  where = f"{mcq_path}: entry {entry_id!r}"
+  if not isinstance(entry, dict) or not all(isinstance(entry.get(k), dict) for k in ("qa", "temporal", "spatial")):
+    raise ConversionError("bad_mcq", f"{where}: needs objects 'qa', 'temporal' and 'spatial'")
+  qa, tmp, sp = entry["qa"], entry["temporal"], entry["spatial"]
+  options = qa.get("options")
+  if not isinstance(options, list) or [str(o).strip() for o in options] != candidates:
+    raise ConversionError("bad_mcq", f"{where}: field 'qa.options' {options!r} differs from the CSV candidates {candidates}")
+  if _answer_index(qa.get("answer"), len(candidates), where, "qa.answer") != answer_index:
+    raise ConversionError("bad_mcq", f"{where}: field 'qa.answer' is {qa.get('answer')}, the CSV answer is option {answer_index}")
+  t_opts = tmp.get("options")
+  if not isinstance(t_opts, list) or len(t_opts) != NUM_MCQ_OPTIONS:
+    raise ConversionError("bad_mcq", f"{where}: field 'temporal.options' must be a list of {NUM_MCQ_OPTIONS} segment lists")
+  segments = []
+  for k, opt in enumerate(t_opts):
+    segs = _as_segments(opt)
+    if segs is None:
+      raise ConversionError("bad_mcq", f"{where}: field 'temporal.options[{k}]' must be [[start, end], ...], got {opt!r}")
+    segments.append(segs)
+  t_ans = _answer_index(tmp.get("answer"), NUM_MCQ_OPTIONS, where, "temporal.answer")
+  frame = sp.get("frame")
+  if not isinstance(frame, int) or isinstance(frame, bool) or not 0 <= frame < num_video_frames:
+    raise ConversionError("bad_mcq", f"{where}: field 'spatial.frame' must be a frame index < {num_video_frames}, got {frame!r}")
+  s_ans = _answer_index(sp.get("answer"), NUM_MCQ_OPTIONS, where, "spatial.answer")
+  rel = sp.get("options_dir")
+  if not isinstance(rel, str):
+    raise ConversionError("bad_mcq", f"{where}: field 'spatial.options_dir' must be a path string")
+  d = os.path.join(os.path.dirname(os.path.abspath(mcq_path)), rel)
+  if not os.path.isdir(d):
+    raise ConversionError("bad_mcq", f"{where}: field 'spatial.options_dir': no folder {d}")
+  files = [p for _, p in sorted(_numbered_images(d, (".png",)).items())]
+  if len(files) != NUM_MCQ_OPTIONS:
+    raise ConversionError("bad_mcq", f"{where}: {d} holds {len(files)} numbered mask PNGs, expected {NUM_MCQ_OPTIONS}")
+  masks = []
+  for p in files:
+    m = read_mask_png(p, where)
+    if m.shape != (height, width):
+      raise ConversionError("bad_mcq", f"{where}: candidate mask {p} is {m.shape[1]}x{m.shape[0]}, frames are {width}x{height}")
+    masks.append(m)
+  return {"segments": segments, "temporal_answer": t_ans, "frame": frame, "spatial_answer": s_ans,
+          "masks": np.stack(masks), "mask_files": files}
+
+
+# ---------------------------------------------------------------------------------------------- converter
+
+def convert(csv_path: str, frames_dir: str, out: str, split: str = "test", masks_dir: str | None = None,
+            instruct_dir: str | None = None, mcq_path: str | None = None, num_frames: int = NUM_FRAMES,
+            frame_size: tuple[int, int] = FRAME_SIZE, allow_missing_masks: bool = False, num_shards: int = 1,
+            skip_bad: bool = False, verbose: bool = True) -> dict:
+  """Converts one split into OUT; returns its counts (also in metadata.json["conversion"][split])."""
+  if masks_dir is None and instruct_dir is None:
+    raise ValueError("give --masks (PNG masks) and/or --instruct-json (ST-Evidence-Instruct JSON folder)")
+  height, width = int(frame_size[0]), int(frame_size[1])
+  header, rows = read_csv(csv_path)
+  mcq = load_mcq(mcq_path) if mcq_path else {}
+  spec = record_spec(num_frames, height, width)
+  cache = _VideoCache(frames_dir)
+  skipped: collections.Counter = collections.Counter()
+  kept_rows: list[dict] = []
+  png_entries: list[str] = []
+  mcq_kept: dict[str, tuple[dict, list[str]]] = {}
+  seen: set[str] = set()
+
+  def convert_row(i: int, row: dict) -> dict:
+    where = f"{csv_path}: row {i + 2}"
+    for col in CSV_COLUMNS:
+      if row.get(col) is None or (col != "video_path" and not row[col].strip()):
+        raise ConversionError("missing_field", f"{where}: field {col!r} is empty")
+    entry_id, video_id = row["entry_id"].strip(), row["video_id"].strip()
+    where = f"{csv_path}: row {i + 2} (entry {entry_id!r})"
+    if entry_id in seen:
+      raise ConversionError("duplicate_entry", f"{where}: field 'entry_id' repeats an earlier row")
+    candidates = parse_candidates(row["candidates"], where)
+    answer = row["answer"].strip()
+    if answer not in candidates:
+      raise ConversionError("answer_not_in_candidates", f"{where}: field 'answer' {answer!r} is not among {candidates}")
+    answer_index = candidates.index(answer)
+    segments = parse_segments(row["segment"], where)
+    files, (h0, w0) = cache.get(video_id, where)
+    n = len(files)
+    idx = sample_indices(n, num_frames)
+
+    json_path = os.path.join(instruct_dir, entry_id + ".json") if instruct_dir else None
+    png_dir = os.path.join(masks_dir, entry_id) if masks_dir else None
+    has_masks, from_png = True, False
+    if json_path and os.path.exists(json_path):
+      mask_by_frame = masks_from_instruct(json_path, entry_id, n, h0, w0)
+    elif png_dir and os.path.isdir(png_dir):
+      mask_by_frame, from_png = masks_from_pngs(png_dir, entry_id, n, h0, w0), True
+    elif allow_missing_masks:
+      mask_by_frame, has_masks = {}, False
+    else:
+      looked = " or ".join(p for p in (json_path, png_dir) if p)
+      raise ConversionError("missing_masks", f"{where}: no evidence masks ({looked} not found)")
+
+    frames = np.zeros((num_frames, height, width, 3), np.uint8)
+    masks = np.zeros((num_frames, height, width), np.uint8)
+    for k, f in enumerate(idx):
+      img = read_image(files[int(f)], "RGB", where)
+      if img.shape[:2] != (h0, w0):
+        raise ConversionError("bad_frame", f"{where}: frame {files[int(f)]} is {img.shape[1]}x{img.shape[0]}, "
+                              f"frame 0 is {w0}x{h0}")
+      frames[k] = resize_rgb(img, (height, width))
+      if int(f) in mask_by_frame:
+        masks[k] = resize_mask(mask_by_frame[int(f)], (height, width))
+    valid = np.zeros(num_frames, bool)
+    valid[:len(idx)] = True
+    times = np.zeros(num_frames, np.float32)
+    times[:len(idx)] = idx / FPS
+    indices = np.full(num_frames, -1, np.int32)
+    indices[:len(idx)] = idx
+
+    m = None
+    if entry_id in mcq:
+      m = parse_mcq_entry(mcq[entry_id], mcq_path, entry_id, candidates, answer_index, n, h0, w0)
+    s_max = max([len(s) for s in m["segments"]]) if m else 1
+    mcq_segments = np.zeros((NUM_MCQ_OPTIONS, s_max, 2), np.float32)
+    mcq_len = np.zeros(NUM_MCQ_OPTIONS, np.int32)
+    mcq_masks = np.zeros((NUM_MCQ_OPTIONS, height, width), np.uint8)
+    if m:
+      for k, segs in enumerate(m["segments"]):
+        mcq_segments[k, :len(segs)] = segs
+        mcq_len[k] = len(segs)
+        mcq_masks[k] = resize_mask(m["masks"][k], (height, width))
+
+    seen.add(entry_id)
+    kept_rows.append(row)
+    if from_png:
+      png_entries.append(entry_id)
+    if m:
+      mcq_kept[entry_id] = (mcq[entry_id], m["mask_files"])
+    return {
+        "entry_id": entry_id, "video_id": video_id, "question": row["question"].strip(),
+        "candidates": np.asarray(candidates, object), "answer_index": np.int32(answer_index),
+        "frames": frames, "frame_mask": valid, "frame_times": times, "frame_indices": indices,
+        "fps": np.float32(FPS), "num_video_frames": np.int32(n), "orig_size": np.asarray([h0, w0], np.int32),
+        "masks": masks, "has_masks": np.bool_(has_masks), "segments": segments,
+        "has_mcq": np.bool_(m is not None), "mcq_segments": mcq_segments, "mcq_segments_len": mcq_len,
+        "mcq_temporal_answer": np.int32(m["temporal_answer"] if m else -1), "mcq_masks": mcq_masks,
+        "mcq_frame": np.int32(m["frame"] if m else -1),
+        "mcq_spatial_answer": np.int32(m["spatial_answer"] if m else -1),
+    }
+
+  def examples() -> Iterator[dict]:
+    for i, row in enumerate(rows):
+      try:
+        yield convert_row(i, row)
+      except ConversionError as e:
+        if not skip_bad:
+          raise
+        skipped[e.reason] += 1
+
+  written = records.write_split(out, split, examples(), spec, num_shards=num_shards)
+  _write_ground_truth(out, split, csv_path, header, kept_rows, masks_dir, png_entries, mcq_path, mcq_kept)
+
+  counts = {"converted": written, "skipped": dict(sorted(skipped.items())),
+            "entries_without_mcq": (written - len(mcq_kept)) if mcq_path else written,
+            "mcq_entries_not_in_csv": len(set(mcq) - {r["entry_id"].strip() for r in rows})}
+  meta = records.load_metadata(out)
+  conversion = dict(meta.get("conversion", {}))
+  conversion[split] = counts
+  gt = dict(meta.get("ground_truth", {}))
+  gt[split] = {"csv": f"{split}.csv", "gt_masks": GT_MASKS_DIR if png_entries else None,
+               "mcq": f"{split}_mcq.json" if mcq_kept else None}
+  records.update_metadata(
+      out, task="evqa", fps=FPS, num_frames=num_frames, frame_size=[height, width], conversion=conversion,
+      ground_truth=gt, record_schema=__doc__[__doc__.index("Record schema"):__doc__.index("Besides")].strip())
+  if verbose:
+    reasons = ", ".join(f"{k}={v}" for k, v in counts["skipped"].items()) or "none"
+    print(f"{split}: converted {written} entries, skipped {sum(skipped.values())} ({reasons}); "
+          f"{counts['entries_without_mcq']} without MCQ")
+  return counts
+
+
+def _copy(src: str, dst: str) -> None:
+  with evqa_io.atomic_path(dst) as tmp:
+    shutil.copyfile(src, tmp)
+
+
+def _write_ground_truth(out, split, csv_path, header, kept_rows, masks_dir, png_entries, mcq_path, mcq_kept):
+  buf = io.StringIO()
+  writer = csv.DictWriter(buf, fieldnames=header, lineterminator="\n")
+  writer.writeheader()
+  writer.writerows(kept_rows)
+  evqa_io.write_text(os.path.join(out, f"{split}.csv"), buf.getvalue())
+  for entry_id in png_entries:
+    src = os.path.join(masks_dir, entry_id)
+    for name in sorted(os.listdir(src)):
+      if name.lower().endswith(".png"):
+        _copy(os.path.join(src, name), os.path.join(out, GT_MASKS_DIR, entry_id, name))
+  if mcq_kept:
+    gt = {}
+    for entry_id, (entry, files) in mcq_kept.items():
+      rel = f"{MCQ_MASKS_DIR}/{entry_id}/"
+      for p in files:
+        _copy(p, os.path.join(out, rel, os.path.basename(p)))
+      gt[entry_id] = {**entry, "spatial": {**entry["spatial"], "options_dir": rel}}
+    evqa_io.write_json(os.path.join(out, f"{split}_mcq.json"), gt)
+
+
+def main(argv=None) -> int:
+  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  p.add_argument("--csv", required=True, help="QA CSV (entry_id, video_id, video_path, question, candidates, answer, segment)")
+  p.add_argument("--frames", required=True, help="folder of frames/<video_id>/<frame:05d>.png at 6 fps")
+  p.add_argument("--masks", default=None, help="gt_masks folder: <entry_id>/<frame>.png")
+  p.add_argument("--instruct-json", default=None, help="folder of ST-Evidence-Instruct <entry_id>.json")
+  p.add_argument("--mcq", default=None, help="ST-Evidence-MCQ JSON")
+  p.add_argument("--split", default="test")
+  p.add_argument("--num-frames", type=int, default=NUM_FRAMES)
+  p.add_argument("--frame-size", type=int, nargs=2, default=list(FRAME_SIZE), metavar=("H", "W"))
+  p.add_argument("--allow-missing-masks", action="store_true",
+                 help="convert entries without masks (empty masks, has_masks=False) instead of failing")
+  p.add_argument("--num-shards", type=int, default=1)
+  p.add_argument("--skip-bad", action="store_true", help="skip and count bad entries instead of failing")
+  p.add_argument("--out", required=True)
+  a = p.parse_args(argv)
+  if a.masks is None and a.instruct_json is None:
+    p.error("give --masks and/or --instruct-json")
+  try:
+    convert(a.csv, a.frames, a.out, a.split, a.masks, a.instruct_json, a.mcq, a.num_frames, tuple(a.frame_size),
+            a.allow_missing_masks, a.num_shards, a.skip_bad)
+  except ConversionError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 1
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,122 @@
+"""Grid sweeps (the eps sweep of Table 8, Table 5's verbalizer variants, ...), local or as cluster commands.
+
+A config module that supports sweeps defines `get_sweep(name, arg)` -> dict with
+  points:  [{"name": str, "overrides": {"dotted.key": value}, "x": float or None}, ...]
+  columns: [(metric key, column title), ...]  e.g. [("base", "B"), ("common", "C"), ...]
+  split:   the eval split whose metrics fill the table
+  x_label: label of the x axis for the plot (points with a numeric x are plotted), or None
+Each point is one ordinary `launch/train.py` run in `<workdir>/<name>`; a point whose `final_metrics.json` exists is
+not rerun (resumable), and an interrupted point resumes from its own checkpoints.
+"""
+
+import csv
+import importlib.util
+import json
+import os
+import shlex
+import subprocess
+import sys
+
+from evqa_jax import io as io_lib
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def load_config_module(config_path: str):
+  path = config_path.split(":")[0]
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"--config file {path} does not exist")
+  if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+  spec = importlib.util.spec_from_file_location("_sweep_config", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  if not hasattr(module, "get_sweep"):
+    raise ValueError(f"{path} defines no get_sweep(name, arg): it supports no sweeps")
+  return module
+
+
+def _format_value(v) -> str:
+  if isinstance(v, str):
+    return v
+  if isinstance(v, bool):
+    return "true" if v else "false"
+  return repr(v)
+
+
+def point_command(config_path: str, workdir: str, point: dict, extra_args=()) -> list:
+  cmd = [sys.executable, os.path.join(REPO, "launch", "train.py"), f"--config={config_path}",
+         f"--workdir={workdir}"]
+  cmd += [f"--config.{k}={_format_value(v)}" for k, v in point["overrides"].items()]
+  return cmd + list(extra_args)
+
+
+def run_sweep(config_path: str, sweep_name: str, workdir: str, mode: str = "local", extra_args=()) -> dict:
+  """Runs (or prints) every point, then writes `<workdir>/<sweep>.csv`, `.md` and `.png`. Returns the table."""
+  module = load_config_module(config_path)
+  arg = config_path.split(":", 1)[1] if ":" in config_path else None
+  sweep = module.get_sweep(sweep_name, arg)
+  os.makedirs(workdir, exist_ok=True)
+  commands = []
+  for point in sweep["points"]:
+    point_dir = os.path.join(workdir, point["name"])
+    cmd = point_command(config_path, point_dir, point, extra_args)
+    commands.append(cmd)
+    if mode == "print":
+      print(" ".join(shlex.quote(c) for c in cmd))
+      continue
+    if os.path.exists(os.path.join(point_dir, "final_metrics.json")):
+      print(f"[sweep] {point['name']}: done already, skipped", flush=True)
+      continue
+    print(f"[sweep] {point['name']}: {' '.join(shlex.quote(c) for c in cmd)}", flush=True)
+    result = subprocess.run(cmd, cwd=REPO)
+    if result.returncode != 0:
+      raise RuntimeError(f"sweep point {point['name']} failed with exit code {result.returncode} "
+                         f"(workdir {point_dir})")
+  if mode == "print":
+    return {}
+  return write_table(sweep, sweep_name, workdir)
+
+
+def write_table(sweep: dict, sweep_name: str, workdir: str) -> dict:
+  rows = []
+  split = sweep["split"]
+  for point in sweep["points"]:
+    path = os.path.join(workdir, point["name"], "final_metrics.json")
+    if not os.path.exists(path):
+      raise FileNotFoundError(f"{path} is missing: sweep point {point['name']} has not finished")
+    with open(path) as f:
+      metrics = json.load(f)["eval"][split]
+    rows.append({"name": point["name"], "x": point.get("x"),
+                 **{title: metrics[key] for key, title in sweep["columns"]}})
+  titles = [t for _, t in sweep["columns"]]
+  csv_path = os.path.join(workdir, f"{sweep_name}.csv")
+  with io_lib.atomic_path(csv_path) as tmp:
+    with open(tmp, "w", newline="") as f:
+      w = csv.writer(f)
+      w.writerow(["point"] + titles)
+      for r in rows:
+        w.writerow([r["name"]] + [f"{r[t]:.2f}" for t in titles])
+  md = ["| point | " + " | ".join(titles) + " |", "|---|" + "---|" * len(titles)]
+  md += ["| " + r["name"] + " | " + " | ".join(f"{r[t]:.2f}" for t in titles) + " |" for r in rows]
+  io_lib.write_text(os.path.join(workdir, f"{sweep_name}.md"), "\n".join(md) + "\n")
+  print("\n".join(md), flush=True)
+  numeric = [r for r in rows if r["x"] is not None]
+  if sweep.get("x_label") and len(numeric) > 1:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(6, 4))
+    numeric.sort(key=lambda r: r["x"])
+    for t in titles:
+      ax.plot([r["x"] for r in numeric], [r[t] for r in numeric], marker="o", label=t)
+    ax.set_xlabel(sweep["x_label"])
+    ax.set_ylabel("accuracy (%)")
+    ax.set_title(f"{sweep_name} sweep ({split})")
+    ax.legend(ncol=3, fontsize=8)
+    ax.grid(alpha=0.3)
+    png = os.path.join(workdir, f"{sweep_name}.png")
+    with io_lib.atomic_path(png) as tmp:
+      fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
+    plt.close(fig)
+  return {"rows": rows, "csv": csv_path}

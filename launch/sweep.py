@@ -1,0 +1,29 @@
+"""Sweeps: flags only. The grid comes from `get_sweep(name, arg)` in the config file.
+
+  python launch/sweep.py --config=configs/ovqa_msrvtt.py:demo --sweep=eps --workdir=runs/eps_sweep
+  python launch/sweep.py --config=configs/ovqa_msrvtt.py --sweep=eps --workdir=gs://... --mode=print  # cluster
+Finished points are not rerun; the table (CSV + Markdown) and plot (PNG) land in --workdir.
+"""
+
+import os
+import sys
+
+from absl import app, flags
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+flags.DEFINE_string("config", None, "Config file with optional :variant, which defines get_sweep().")
+flags.DEFINE_string("sweep", None, "Sweep name, e.g. eps, variants, heads.")
+flags.DEFINE_string("workdir", None, "Directory holding one workdir per point and the tables.")
+flags.DEFINE_enum("mode", "local", ["local", "print"], "local: run points one after another; print: print commands.")
+flags.mark_flags_as_required(["config", "sweep", "workdir"])
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+  from evqa_jax.train import sweep
+  sweep.run_sweep(FLAGS.config, FLAGS.sweep, FLAGS.workdir, mode=FLAGS.mode, extra_args=argv[1:])
+
+
+if __name__ == "__main__":
+  app.run(main)

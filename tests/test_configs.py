@@ -1,0 +1,64 @@
+"""Every config file and variant builds; durations convert in one vocabulary; unknown variants are refused."""
+
+import glob
+import importlib.util
+import itertools
+import os
+import sys
+
+import ml_collections
+import pytest
+
+from evqa_jax.train import durations
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+CONFIGS = sorted(p for p in glob.glob(os.path.join(REPO, "configs", "*.py"))
+                 if os.path.basename(p) not in ("__init__.py", "common.py") and not p.endswith("_common.py"))
+
+
+def _load(path):
+  spec = importlib.util.spec_from_file_location(os.path.basename(path)[:-3], path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=os.path.basename)
+def test_every_variant_builds(path):
+  module = _load(path)
+  variants = sorted(getattr(module, "VARIANTS", None) or _variants_of(module))
+  built = 0
+  for r in range(0, 3):
+    for combo in itertools.combinations(variants, r):
+      config = module.get_config(",".join(combo) or None)
+      assert isinstance(config, ml_collections.ConfigDict)
+      assert config.task in ("ovqa", "violin", "evqa")
+      # Exactly one duration unit is set for the total.
+      total = [k for k in ("total_steps", "total_epochs", "total_examples") if config.get(k) is not None]
+      assert len(total) == 1, (path, combo, total)
+      assert config.batch_size > 0
+      built += 1
+  assert built >= 1
+  with pytest.raises(ValueError, match="unknown variant"):
+    module.get_config("no_such_variant")
+
+
+def _variants_of(module):
+  src = open(module.__file__).read()
+  for name in ("ovqa_common", "violin_common", "evqa_common"):
+    if name in src:
+      return importlib.import_module(f"configs.{name}").VARIANTS
+  return set()
+
+
+def test_durations_vocabulary():
+  c = ml_collections.ConfigDict(dict(total_steps=None, total_epochs=2.5, total_examples=None))
+  assert durations.to_steps(c, "total", steps_per_epoch=10, batch_size=32) == 25
+  c = ml_collections.ConfigDict(dict(total_steps=None, total_epochs=None, total_examples=100))
+  assert durations.to_steps(c, "total", steps_per_epoch=10, batch_size=32) == 4  # ceil(100 / 32)
+  c = ml_collections.ConfigDict(dict(total_steps=7, total_epochs=1, total_examples=None))
+  with pytest.raises(ValueError, match="set only one"):
+    durations.to_steps(c, "total", steps_per_epoch=10, batch_size=32)
+  c = ml_collections.ConfigDict(dict(eval_every_steps=None))
+  assert durations.to_steps(c, "eval_every", steps_per_epoch=10, batch_size=32, required=False) is None

@@ -1,0 +1,352 @@
+"""VIOLIN baseline: attention masking, BiLSTM parity with torch, full-model parity with a PyTorch re-implementation
+of the authors' ViolinBase, input ablations, loss/accuracy hand cases and a short training run."""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+import torch
+
+from evqa_jax.models.lstm import BiLSTM, torch_lstm_to_flax
+from evqa_jax.models.violin_baseline import (ViolinBaseline, masked_dot_attention, middle_frame_index, paired_loss,
+                                             params_from_authors_state_dict, violin_accuracy)
+
+TEXT_DIM, FEAT_DIM = 24, 20
+
+
+def _mask(lengths, max_len):
+  return (np.arange(max_len)[None, :] < np.asarray(lengths)[:, None]).astype(np.int32)
+
+
+def _inputs(seed=0, batch=3, ls=6, lu=7, t=8, s_len=(6, 3, 1), u_len=(7, 2, 5), v_len=(8, 5, 2)):
+  r = np.random.RandomState(seed)
+  return dict(
+      statement=r.randn(batch, ls, TEXT_DIM).astype(np.float32), statement_mask=_mask(s_len, ls),
+      subtitles=r.randn(batch, lu, TEXT_DIM).astype(np.float32), subtitle_mask=_mask(u_len, lu),
+      video=r.randn(batch, t, FEAT_DIM).astype(np.float32), video_mask=_mask(v_len, t))
+
+
+# --------------------------------------------------------------------------------------------- attention
+
+def _np_softmax(x):
+  e = np.exp(x - x.max())
+  return e / e.sum()
+
+
+def test_attention_masking_matches_numpy_and_zeroes_empty_rows():
+  r = np.random.RandomState(1)
+  q = r.randn(2, 3, 4).astype(np.float32)
+  c = r.randn(2, 5, 4).astype(np.float32)
+  q_mask = np.array([[1, 1, 0], [1, 1, 1]], np.int32)   # row (0, 2) is a padded statement word
+  c_mask = np.array([[1, 1, 1, 0, 0], [0, 0, 0, 0, 0]], np.int32)  # example 1 has no valid context step
+  c_pad = c.copy()
+  c_pad[0, 3:] = 1e4  # huge padding must not leak
+  out = np.asarray(masked_dot_attention(jnp.asarray(q), jnp.asarray(q_mask), jnp.asarray(c_pad),
+                                        jnp.asarray(c_mask)))
+  for i in range(2):
+    w = _np_softmax(q[0, i] @ c[0, :3].T)
+    np.testing.assert_allclose(out[0, i], w @ c[0, :3], rtol=1e-5, atol=1e-6)
+  assert np.all(out[0, 2] == 0.0)
+  assert np.all(out[1] == 0.0)
+  assert np.all(np.isfinite(out))
+
+  def f(q, c):
+    return jnp.sum(masked_dot_attention(q, jnp.asarray(q_mask), c, jnp.asarray(c_mask)) ** 2)
+
+  gq, gc = jax.grad(f, argnums=(0, 1))(jnp.asarray(q), jnp.asarray(c_pad))
+  assert np.all(np.isfinite(np.asarray(gq))) and np.all(np.isfinite(np.asarray(gc)))
+  assert np.all(np.asarray(gq)[1] == 0.0) and np.all(np.asarray(gc)[1] == 0.0)
+  assert np.all(np.asarray(gc)[0, 3:] == 0.0)
+  assert np.any(np.asarray(gq)[0, :2] != 0.0)
+
+
+# --------------------------------------------------------------------------------------------- BiLSTM
+
+def _torch_bilstm(lstm, x, lengths):
+  packed = torch.nn.utils.rnn.pack_padded_sequence(torch.tensor(x), torch.tensor(lengths), batch_first=True,
+                                                   enforce_sorted=False)
+  out, (h, _) = lstm(packed)
+  out, _ = torch.nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])
+  return out.detach().numpy(), torch.cat([h[0], h[1]], dim=-1).detach().numpy()
+
+
+def test_bilstm_matches_torch_packed_and_ignores_padding():
+  torch.manual_seed(0)
+  in_dim, hidden = 5, 7
+  lstm = torch.nn.LSTM(in_dim, hidden, batch_first=True, bidirectional=True)
+  params = {"params": torch_lstm_to_flax(lstm.state_dict())}
+  r = np.random.RandomState(2)
+  x = r.randn(4, 6, in_dim).astype(np.float32)
+  lengths = np.array([6, 1, 4, 2])
+  ref_out, ref_last = _torch_bilstm(lstm, x, lengths)
+  model = BiLSTM(hidden)
+  out, last = model.apply(params, jnp.asarray(x), jnp.asarray(lengths))
+  np.testing.assert_allclose(np.asarray(out), ref_out, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(np.asarray(last), ref_last, rtol=1e-5, atol=1e-5)
+  # Each sequence on its own, unpadded: the same states.
+  for b, n in enumerate(lengths):
+    single_out, single_last = model.apply(params, jnp.asarray(x[b:b + 1, :n]), jnp.asarray([n]))
+    np.testing.assert_allclose(np.asarray(single_out)[0], ref_out[b, :n], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(single_last)[0], ref_last[b], rtol=1e-5, atol=1e-5)
+  # Longer padding holding garbage (even NaN) changes nothing.
+  x_long = np.concatenate([x, np.full((4, 3, in_dim), np.nan, np.float32)], axis=1)
+  x_long[:, :6][_mask(lengths, 6) == 0] = 1e3
+  out2, last2 = model.apply(params, jnp.asarray(x_long), jnp.asarray(lengths))
+  np.testing.assert_allclose(np.asarray(out2)[:, :6], np.asarray(out), rtol=1e-6, atol=1e-6)
+  assert np.all(np.asarray(out2)[:, 6:] == 0.0)
+  np.testing.assert_allclose(np.asarray(last2), np.asarray(last), rtol=1e-6, atol=1e-6)
+  # Length 0 gives zeros, not a stale state.
+  out0, last0 = model.apply(params, jnp.asarray(x[:1]), jnp.asarray([0]))
+  assert np.all(np.asarray(out0) == 0.0) and np.all(np.asarray(last0) == 0.0)
+
+
+def test_bilstm_last_state_by_hand():
+  """The final states equal a numpy LSTM run forward over x[:len] and backward from x[len-1] to x[0]."""
+  hidden, in_dim = 3, 2
+  model = BiLSTM(hidden)
+  x = np.random.RandomState(3).randn(1, 5, in_dim).astype(np.float32)
+  variables = model.init(jax.random.key(0), jnp.asarray(x), jnp.asarray([3]))
+  p = nn.meta.unbox(variables)["params"]
+
+  def run(cell, seq):
+    h = np.zeros(hidden, np.float32)
+    c = np.zeros(hidden, np.float32)
+    sig = lambda z: 1 / (1 + np.exp(-z))
+    for xt in seq:
+      pre = {g: xt @ np.asarray(cell[f"i{g}"]["kernel"]) + h @ np.asarray(cell[f"h{g}"]["kernel"])
+             + np.asarray(cell[f"h{g}"]["bias"]) for g in "ifgo"}
+      c = sig(pre["f"]) * c + sig(pre["i"]) * np.tanh(pre["g"])
+      h = sig(pre["o"]) * np.tanh(c)
+    return h
+
+  _, last = model.apply(variables, jnp.asarray(x), jnp.asarray([3]))
+  want = np.concatenate([run(p["forward"]["cell"], x[0, :3]), run(p["backward"]["cell"], x[0, :3][::-1])])
+  np.testing.assert_allclose(np.asarray(last)[0], want, rtol=1e-5, atol=1e-6)
+
+
+# --------------------------------------------------------------------------------------------- full model parity
+
+class _TorchEncoder(torch.nn.Module):
+  def __init__(self, in_dim, hidden):
+    super().__init__()
+    self.rnn = torch.nn.LSTM(in_dim, hidden, batch_first=True, bidirectional=True)
+
+  def forward(self, x, lengths):
+    return _torch_bilstm(self.rnn, x.detach().numpy(), lengths)
+
+
+class _TorchViolin(torch.nn.Module):
+  """Independent PyTorch statement of the authors' ViolinBase forward pass (hsize1=150, hsize2=300, embed 768),
+  with the authors' parameter names so their checkpoints' layout is what the converter reads."""
+
+  def __init__(self, text_dim, feat_dim, streams):
+    super().__init__()
+    self.streams = streams
+    self.bert_fc = torch.nn.Sequential(torch.nn.Dropout(0.5), torch.nn.Linear(text_dim, 300), torch.nn.Tanh())
+    if "vid" in streams:
+      self.video_fc = torch.nn.Sequential(torch.nn.Dropout(0.5), torch.nn.Linear(feat_dim, 768), torch.nn.Tanh())
+      self.lstm_raw = _TorchEncoder(768, 150)
+      self.vid_ctx_rnn = _TorchEncoder(900, 300)
+    if "sub" in streams:
+      self.sub_ctx_rnn = _TorchEncoder(900, 300)
+    self.lstm_mature_vid = _TorchEncoder(1500, 300)
+    fc_in = 600 if streams else 300
+    self.final_fc = torch.nn.Sequential(torch.nn.Linear(fc_in, 300), torch.nn.ReLU(), torch.nn.Dropout(0.5),
+                                        torch.nn.Linear(300, 1))
+
+  @staticmethod
+  def attend(s1, l1, s2, l2):
+    scores = torch.bmm(s1, s2.transpose(1, 2))
+    masked = torch.ones_like(scores, dtype=torch.bool)
+    for i, (a, b) in enumerate(zip(l1, l2)):
+      masked[i, :a, :b] = False
+    weights = torch.softmax(scores.masked_fill(masked, -float("inf")), dim=2).masked_fill(masked, 0)
+    return torch.bmm(weights, s2)
+
+  def forward(self, st, s_len, sub, u_len, vid, v_len):
+    s = self.bert_fc(st)
+    parts = []
+    if "vid" in self.streams:
+      v = torch.tensor(self.lstm_raw(self.video_fc(vid), v_len)[0])
+      parts.append(self.attend(s, s_len, v, v_len))
+    if "sub" in self.streams:
+      parts.append(self.attend(s, s_len, self.bert_fc(sub), u_len))
+    if not parts:
+      pooled = torch.stack([s[i, :n].max(dim=0)[0] for i, n in enumerate(s_len)])
+    else:
+      rnn = (self.lstm_mature_vid if len(parts) == 2 else
+             self.vid_ctx_rnn if "vid" in self.streams else self.sub_ctx_rnn)
+      pooled = torch.tensor(rnn(torch.cat([s] + parts + [s * u for u in parts], dim=-1), s_len)[1])
+    return self.final_fc(pooled)[:, 0]
+
+
+@pytest.mark.parametrize("streams", [("vid", "sub"), ("vid",), ("sub",), ()])
+def test_matches_pytorch_reference_of_authors_model(streams):
+  torch.manual_seed(len(streams))
+  ref = _TorchViolin(TEXT_DIM, FEAT_DIM, streams).eval()
+  x = _inputs(seed=4)
+  s_len, u_len, v_len = (x[k].sum(1) for k in ("statement_mask", "subtitle_mask", "video_mask"))
+  with torch.no_grad():
+    want = ref(torch.tensor(x["statement"]), s_len, torch.tensor(x["subtitles"]), u_len,
+               torch.tensor(x["video"]), v_len).numpy()
+  variables = params_from_authors_state_dict(ref.state_dict(), use_video="vid" in streams,
+                                             use_subtitles="sub" in streams)
+  model = ViolinBaseline(FEAT_DIM, TEXT_DIM, use_video="vid" in streams, use_subtitles="sub" in streams)
+  # The converted tree has exactly the structure and shapes that init creates.
+  init_shapes = jax.tree.map(jnp.shape, nn.meta.unbox(jax.eval_shape(
+      lambda: model.init(jax.random.key(0), **{k: jnp.asarray(v) for k, v in x.items()}))))
+  assert jax.tree.map(np.shape, variables) == init_shapes
+  got = model.apply(variables, **{k: jnp.asarray(v) for k, v in x.items()})
+  np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-5)
+
+
+# --------------------------------------------------------------------------------------------- ablations
+
+ABLATIONS = [dict(use_video=True, use_subtitles=True), dict(use_video=True, use_subtitles=False),
+             dict(use_video=False, use_subtitles=True), dict(use_video=False, use_subtitles=False),
+             dict(use_video=True, use_subtitles=True, single_frame=True),
+             dict(use_video=True, use_subtitles=True, subtitle_lstm=True)]
+
+
+@pytest.mark.parametrize("kw", ABLATIONS, ids=lambda kw: "-".join(k for k, v in kw.items() if v) or "stmt")
+def test_ablation_outputs_and_unused_inputs(kw):
+  model = ViolinBaseline(FEAT_DIM, TEXT_DIM, **kw)
+  x = {k: jnp.asarray(v) for k, v in _inputs(seed=5).items()}
+  variables = model.init(jax.random.key(1), **x)
+  base = np.asarray(model.apply(variables, **x))
+  assert base.shape == (3,) and base.dtype == np.float32 and np.all(np.isfinite(base))
+  dropped = model.apply(variables, **x, deterministic=False, rngs={"dropout": jax.random.key(2)})
+  assert np.all(np.isfinite(np.asarray(dropped))) and np.any(np.asarray(dropped) != base)
+
+  def perturbed(**changes):
+    return np.asarray(model.apply(variables, **{**x, **changes}))
+
+  r = np.random.RandomState(6)
+  new_sub = jnp.asarray(r.randn(*x["subtitles"].shape).astype(np.float32))
+  new_vid = jnp.asarray(r.randn(*x["video"].shape).astype(np.float32))
+  # Padding of every stream never matters.
+  pads = {k: jnp.where(x[m][..., None] > 0, x[k], 1e3) for k, m in
+          (("statement", "statement_mask"), ("subtitles", "subtitle_mask"), ("video", "video_mask"))}
+  np.testing.assert_allclose(perturbed(**pads), base, rtol=1e-5, atol=1e-6)
+  if kw.get("use_subtitles"):
+    assert np.any(np.abs(perturbed(subtitles=new_sub) - base) > 1e-6)
+  else:
+    np.testing.assert_array_equal(perturbed(subtitles=new_sub, subtitle_mask=jnp.zeros_like(x["subtitle_mask"])),
+                                  base)
+    np.testing.assert_array_equal(model.apply(variables, x["statement"], x["statement_mask"], None, None,
+                                              x["video"], x["video_mask"]), base)
+  if kw.get("use_video"):
+    assert np.any(np.abs(perturbed(video=new_vid) - base) > 1e-6)
+  else:
+    np.testing.assert_array_equal(perturbed(video=new_vid, video_mask=jnp.ones_like(x["video_mask"])), base)
+  if not kw.get("use_video") and not kw.get("use_subtitles"):
+    assert set(variables["params"]) == {"text_fc", "final_fc1", "final_fc2"}
+    assert variables["params"]["final_fc1"]["kernel"].value.shape == (300, 300)
+  # Every parameter carries logical axis names, one per dimension.
+  for leaf in jax.tree.leaves(variables, is_leaf=lambda v: isinstance(v, nn.Partitioned)):
+    assert isinstance(leaf, nn.Partitioned) and len(leaf.names) == leaf.value.ndim
+
+
+@pytest.mark.parametrize("rule,expected", [("lower", [3, 2, 0, 0]), ("authors", [4, 2, 1, 0])])
+def test_single_frame_uses_middle_valid_frame(rule, expected):
+  np.testing.assert_array_equal(middle_frame_index(jnp.array([8, 5, 2, 0]), rule), expected)
+  model = ViolinBaseline(FEAT_DIM, TEXT_DIM, single_frame=True, middle_frame=rule)
+  full = ViolinBaseline(FEAT_DIM, TEXT_DIM)
+  x = {k: jnp.asarray(v) for k, v in _inputs(seed=7).items()}   # video lengths 8, 5, 2
+  variables = model.init(jax.random.key(3), **x)
+  got = np.asarray(model.apply(variables, **x))
+  idx = np.asarray(expected[:3])
+  one = jnp.asarray(np.asarray(x["video"])[np.arange(3), idx][:, None])
+  want = np.asarray(full.apply(variables, **{**x, "video": one, "video_mask": jnp.ones((3, 1), jnp.int32)}))
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+  other = np.asarray(x["video"]).copy()
+  keep = other[np.arange(3), idx].copy()
+  other[:] = 5.0
+  other[np.arange(3), idx] = keep
+  np.testing.assert_allclose(np.asarray(model.apply(variables, **{**x, "video": jnp.asarray(other)})), got,
+                             rtol=1e-6, atol=1e-7)
+
+
+def test_bad_inputs_raise_clear_errors():
+  x = {k: jnp.asarray(v) for k, v in _inputs().items()}
+  model = ViolinBaseline(FEAT_DIM, TEXT_DIM)
+  with pytest.raises(ValueError, match="'video'"):
+    model.init(jax.random.key(0), **{**x, "video": x["video"][..., :5]})
+  with pytest.raises(ValueError, match="'subtitles'.*None"):
+    model.init(jax.random.key(0), **{**x, "subtitles": None})
+  with pytest.raises(ValueError, match="single_frame"):
+    ViolinBaseline(FEAT_DIM, TEXT_DIM, use_video=False, single_frame=True).init(jax.random.key(0), **x)
+
+
+def test_bfloat16_compute_is_finite():
+  model = ViolinBaseline(FEAT_DIM, TEXT_DIM, dtype=jnp.bfloat16)
+  x = {k: jnp.asarray(v) for k, v in _inputs().items()}
+  variables = model.init(jax.random.key(0), **x)
+  assert all(v.dtype == jnp.float32 for v in jax.tree.leaves(nn.meta.unbox(variables)))
+  out = model.apply(variables, **x)
+  ref = ViolinBaseline(FEAT_DIM, TEXT_DIM).apply(variables, **x)
+  assert out.dtype == jnp.float32 and np.all(np.isfinite(np.asarray(out)))
+  np.testing.assert_allclose(np.asarray(out), np.asarray(ref), atol=5e-2)
+
+
+# --------------------------------------------------------------------------------------------- loss, accuracy
+
+def test_paired_loss_and_accuracy_by_hand():
+  pos = jnp.array([0.0, 2.0, -1.0])
+  neg = jnp.array([0.0, -1.0, 3.0])
+  want = np.mean([np.log(2) + np.log(2), np.log1p(np.exp(-2.0)) + np.log1p(np.exp(-1.0)),
+                  np.log1p(np.exp(1.0)) + np.log1p(np.exp(3.0))])
+  np.testing.assert_allclose(float(paired_loss(pos, neg)), want, rtol=1e-6)
+  # Saturated logits stay finite: -log sigmoid(-100) = 100, -log(1 - sigmoid(100)) = 100.
+  np.testing.assert_allclose(float(paired_loss(jnp.array([-100.0]), jnp.array([100.0]))), 200.0, rtol=1e-6)
+  correct, total = violin_accuracy(pos, neg)
+  # pos: p=0.5 counts as positive (correct), 2 correct, -1 wrong; neg: 0 -> p=0.5 wrong, -1 correct, 3 wrong.
+  assert int(correct) == 3 and int(total) == 6
+
+
+# --------------------------------------------------------------------------------------------- training
+
+def test_adam_training_separates_a_synthetic_problem():
+  """Positive statements repeat the clip's topic (seen in subtitles and video), negatives another clip's topic:
+  solvable only by comparing the statement with its context."""
+  r = np.random.RandomState(8)
+  n, ls, lu, t = 16, 4, 5, 4
+  topics = r.randn(n, TEXT_DIM).astype(np.float32)
+  proj = r.randn(TEXT_DIM, FEAT_DIM).astype(np.float32) / np.sqrt(TEXT_DIM)
+  noise = lambda *shape: 0.3 * r.randn(*shape).astype(np.float32)
+  other = (np.arange(n) + 1 + r.randint(n - 1, size=n)) % n
+  batch = dict(subtitles=topics[:, None] + noise(n, lu, TEXT_DIM), subtitle_mask=_mask(r.randint(2, lu + 1, n), lu),
+               video=(topics @ proj)[:, None] + noise(n, t, FEAT_DIM), video_mask=_mask(r.randint(1, t + 1, n), t))
+  pos = dict(statement=topics[:, None] + noise(n, ls, TEXT_DIM), statement_mask=_mask(r.randint(2, ls + 1, n), ls))
+  neg = dict(statement=topics[other][:, None] + noise(n, ls, TEXT_DIM), statement_mask=pos["statement_mask"])
+  batch, pos, neg = ({k: jnp.asarray(v) for k, v in d.items()} for d in (batch, pos, neg))
+
+  model = ViolinBaseline(FEAT_DIM, TEXT_DIM, dropout=0.1)
+  params = nn.meta.unbox(model.init(jax.random.key(0), **batch, **pos))["params"]
+  tx = optax.adamw(3e-4, weight_decay=1e-5)
+  opt_state = tx.init(params)
+
+  def loss_fn(params, key, deterministic):
+    k1, k2 = jax.random.split(key)
+    lp = model.apply({"params": params}, **batch, **pos, deterministic=deterministic, rngs={"dropout": k1})
+    ln = model.apply({"params": params}, **batch, **neg, deterministic=deterministic, rngs={"dropout": k2})
+    return paired_loss(lp, ln), (lp, ln)
+
+  @jax.jit
+  def step(params, opt_state, key):
+    (loss, _), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, key, False)
+    updates, opt_state = tx.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state, loss
+
+  evaluate = jax.jit(lambda p: loss_fn(p, jax.random.key(0), True))
+  loss0, _ = evaluate(params)
+  key = jax.random.key(1)
+  for _ in range(150):
+    key, sub = jax.random.split(key)
+    params, opt_state, _ = step(params, opt_state, sub)
+  loss1, (lp, ln) = evaluate(params)
+  correct, total = violin_accuracy(lp, ln)
+  assert float(loss1) < 0.1 * float(loss0), (float(loss0), float(loss1))
+  assert int(correct) == int(total) == 2 * n
