@@ -2,17 +2,18 @@
 
     python -m data_prep.answer_stats DIR [--json OUT.json]
 
-Reads DIR/train.csv and DIR/test.csv (the copies the converter writes; any FrozenBiLM-style CSV directory works)
-and prints, per category (base >= 101 train occurrences, common 11..100, rare 1..10, unseen 0):
-  answers        unique answers of the category in V_train + V_test (the paper's Table 1 count)
+Reads DIR/train.csv and DIR/test.csv (the copies the converter writes; any FrozenBiLM-style CSV directory works;
+answers verbatim, as the evaluator reads them) and prints, per category (base >= 101 train occurrences, common
+11..100, rare 1..10, unseen 0; the definition of evqa_jax.metrics.ovqa):
+  answers        unique answers of the category in V_train u V_test (the paper's Table 1 count)
   test answers   unique answers of the category that occur in the test split
   test samples   test rows whose ground-truth answer is in the category (and their share in %)
+  train samples  train rows whose answer is in the category
 """
 
 from __future__ import annotations
 
 import argparse
-import collections
 import os
 import sys
 from typing import Sequence
@@ -20,30 +21,29 @@ from typing import Sequence
 import pandas as pd
 
 from evqa_jax import io as evqa_io
-from data_prep import ovqa
+from evqa_jax.metrics import ovqa as ovqa_metrics
+
+CATEGORIES = ovqa_metrics.CATEGORIES
+_COLUMNS = (("answers", "num_answers"), ("test_answers", "num_test_answers"),
+            ("test_samples", "num_test_samples"), ("train_samples", "num_train_samples"))
 
 
 def table1(train_answers: Sequence[str], test_answers: Sequence[str]) -> dict:
-  """{category: {"answers", "test_answers", "test_samples", "test_samples_pct"}} for base/common/rare/unseen/total."""
-  counts = collections.Counter(train_answers)
-  test_counts = collections.Counter(test_answers)
-  out = {c: {"answers": 0, "test_answers": 0, "test_samples": 0} for c in ovqa.CATEGORIES}
-  for answer in set(counts) | set(test_counts):
-    cat = ovqa.answer_category(counts.get(answer, 0))
-    out[cat]["answers"] += 1
-    if answer in test_counts:
-      out[cat]["test_answers"] += 1
-      out[cat]["test_samples"] += test_counts[answer]
-  out["total"] = {k: sum(out[c][k] for c in ovqa.CATEGORIES) for k in ("answers", "test_answers", "test_samples")}
-  num_test = max(1, len(test_answers))
-  for row in out.values():
-    row["test_samples_pct"] = round(100.0 * row["test_samples"] / num_test, 2)
+  """{category: {"answers", "test_answers", "test_samples", "test_samples_pct", "train_samples"}} for
+  base / common / rare / unseen / total (counts from evqa_jax.metrics.ovqa.table1)."""
+  t = ovqa_metrics.table1(list(train_answers), list(test_answers))
+  num_test = len(test_answers)
+  out = {}
+  for cat in CATEGORIES + ("total",):
+    row = {name: int(t[key][cat]) for name, key in _COLUMNS}
+    row["test_samples_pct"] = round(100.0 * row["test_samples"] / num_test, 2) if num_test else 0.0
+    out[cat] = row
   return out
 
 
 def _answers(path: str) -> list[str]:
   if not os.path.exists(path):
-    raise FileNotFoundError(f"{path} does not exist (answer_stats reads the converter's train.csv/test.csv)")
+    raise FileNotFoundError(f"{path} does not exist (answer_stats reads a converted directory's train.csv/test.csv)")
   df = pd.read_csv(path, dtype=str, keep_default_na=False)
   if "answer" not in df.columns:
     raise ValueError(f"{path}: no 'answer' column (columns: {list(df.columns)})")
@@ -57,12 +57,12 @@ def table1_from_dir(data_dir: str) -> dict:
 
 def format_table1(t: dict) -> str:
   """Markdown table of a table1() result."""
-  lines = ["| category | answers | test answers | test samples | test samples % |",
-           "|---|---:|---:|---:|---:|"]
-  for cat in ovqa.CATEGORIES + ("total",):
+  lines = ["| category | answers | test answers | test samples | test samples % | train samples |",
+           "|---|---:|---:|---:|---:|---:|"]
+  for cat in CATEGORIES + ("total",):
     r = t[cat]
     lines.append(f"| {cat} | {r['answers']} | {r['test_answers']} | {r['test_samples']} | "
-                 f"{r['test_samples_pct']:.2f} |")
+                 f"{r['test_samples_pct']:.2f} | {r['train_samples']} |")
   return "\n".join(lines)
 
 

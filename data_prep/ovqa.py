@@ -58,14 +58,13 @@ import pandas as pd
 from evqa_jax import io as evqa_io
 from evqa_jax.data import records
 from evqa_jax.data.example import Feature
+from evqa_jax.metrics import ovqa as ovqa_metrics
 from data_prep import features as features_lib
 
 SPLITS = ("train", "val", "test")
 REQUIRED_SPLITS = ("train", "test")
 REQUIRED_COLUMNS = ("question", "answer", "video_id")
-CATEGORIES = ("base", "common", "rare", "unseen")
-BASE_MIN_COUNT = 101
-COMMON_MIN_COUNT = 11
+CATEGORIES = ovqa_metrics.CATEGORIES
 BAD_REASONS = ("empty_question", "empty_answer", "bad_type", "unknown_video", "bad_features")
 VOCAB_FILE = "vocab.json"
 EXAMPLES_PER_SHARD = 4096
@@ -93,14 +92,8 @@ def record_spec(num_frames: int = 10, feature_dim: int = 768) -> dict[str, Featu
 
 
 def answer_category(train_count: int) -> str:
-  """base (>= 101 train occurrences), common (11..100), rare (1..10) or unseen (0)."""
-  if train_count >= BASE_MIN_COUNT:
-    return "base"
-  if train_count >= COMMON_MIN_COUNT:
-    return "common"
-  if train_count >= 1:
-    return "rare"
-  return "unseen"
+  """base (>= 101 train occurrences), common (11..100), rare (1..10) or unseen (0), as the metrics define it."""
+  return ovqa_metrics.category_of_count(train_count)
 
 
 def build_vocab(train_answers: Sequence[str], test_answers: Sequence[str], cvqa_topk: int = 0) -> dict:

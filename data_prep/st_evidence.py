@@ -366,6 +366,7 @@ class _VideoCache:
     self.frames_dir = frames_dir
     self.key = None
     self.value = None
+    self.decoded: dict[int, np.ndarray] = {}
 
   def get(self, video_id: str, where: str) -> tuple[dict[int, str], tuple[int, int]]:
     if self.key == video_id:
@@ -381,8 +382,19 @@ class _VideoCache:
       gaps = sorted(set(range(max(files) + 1)) - set(files))[:5]
       raise ConversionError("missing_frames", f"{where}: frame folder {d} is missing frames {gaps} (frames must be 0..N-1)")
     first = read_image(files[0], "RGB", where)
-    self.key, self.value = video_id, (files, first.shape[:2])
+    self.key, self.value, self.decoded = video_id, (files, first.shape[:2]), {0: first}
     return self.value
+
+  def frame(self, index: int, where: str) -> np.ndarray:
+    """Decoded frame `index` of the cached video (each frame is decoded once per video)."""
+    if index not in self.decoded:
+      files, (h0, w0) = self.value
+      img = read_image(files[index], "RGB", where)
+      if img.shape[:2] != (h0, w0):
+        raise ConversionError("bad_frame", f"{where}: frame {files[index]} is {img.shape[1]}x{img.shape[0]}, "
+                              f"frame 0 is {w0}x{h0}")
+      self.decoded[index] = img
+    return self.decoded[index]
 
 
 # ----------------------------------------------------------------------------------------------------- MCQ
@@ -504,11 +516,7 @@ def convert(csv_path: str, frames_dir: str, out: str, split: str = "test", masks
     frames = np.zeros((num_frames, height, width, 3), np.uint8)
     masks = np.zeros((num_frames, height, width), np.uint8)
     for k, f in enumerate(idx):
-      img = read_image(files[int(f)], "RGB", where)
-      if img.shape[:2] != (h0, w0):
-        raise ConversionError("bad_frame", f"{where}: frame {files[int(f)]} is {img.shape[1]}x{img.shape[0]}, "
-                              f"frame 0 is {w0}x{h0}")
-      frames[k] = resize_rgb(img, (height, width))
+      frames[k] = resize_rgb(cache.frame(int(f), where), (height, width))
       if int(f) in mask_by_frame:
         masks[k] = resize_mask(mask_by_frame[int(f)], (height, width))
     valid = np.zeros(num_frames, bool)

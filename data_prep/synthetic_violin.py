@@ -12,8 +12,8 @@ The world:
 - Every clip has three visual facts (a place shown in every frame, an object and an action each shown in a
   window of frames) and three dialogue facts (a city, a food and a relative, each mentioned in one subtitle
   line among filler lines). Facts are drawn uniformly and independently per clip.
-- Frame features [T, 512], 8 <= T <= 32 at 3 fps: a fixed random projection of the (unit) GloVe vectors of the
-  visual concepts visible in the frame, plus a distractor concept in some frames, plus Gaussian noise. Visual
+- Frame features [T, 512], 8 <= T <= 32 at 3 fps: a fixed random projection of the GloVe vectors (centred on
+  the mean of the world's visual vocabulary, unit norm) of the visual concepts visible in the frame, plus a distractor concept in some frames, plus Gaussian noise. Visual
   fact words never occur in subtitles and dialogue fact words never occur in the frames.
 - Each clip has three statement pairs in shuffled order: a visual-fact statement, a dialogue-fact statement and
   a combined one. Negatives are (a) minimal edits (one fact word swapped for another word of the same category,
@@ -42,7 +42,7 @@ FPS = 3.0
 PROJECTION_SEED = 20200101  # fixed: the "visual encoder" is the same in every world
 SIZES = {"default": {"train": 1500, "validate": 300, "test": 300},
          "small": {"train": 40, "validate": 12, "test": 12}}
-NOISE_STD = 0.08
+NOISE_STD = 0.05
 TYPES_FILE = "synthetic_statement_types.json"
 
 VISUAL = {
@@ -102,7 +102,8 @@ def load_glove_vectors(words) -> dict[str, np.ndarray]:
   d = pretrained.glove_6b_50d_dir()
   index = pd.read_parquet(os.path.join(d, "glove_6B_index.parquet"))["index"]
   emb = np.load(os.path.join(d, "glove_6B_50d_emb.npy"), mmap_mode="r")
-  pos = {w: i for i, w in enumerate(index.tolist()) if w in set(words)}
+  wanted = set(words)
+  pos = {w: i for i, w in enumerate(index.tolist()) if w in wanted}
   missing = sorted(set(words) - set(pos))
   if missing:
     raise ValueError(f"GloVe 6B vocabulary lacks the world's words {missing}")
@@ -116,8 +117,10 @@ def load_glove_vectors(words) -> dict[str, np.ndarray]:
 def _concept_embeddings() -> dict[str, np.ndarray]:
   words = [w for ws in VISUAL.values() for w in ws] + DISTRACTORS
   glove = load_glove_vectors(words)
+  # Centring removes the direction all GloVe vectors share, so that concepts are told apart by what differs.
+  mean = np.mean([glove[w] for w in words], axis=0)
   proj = np.random.default_rng(PROJECTION_SEED).normal(0.0, 1.0 / np.sqrt(50), size=(50, FEATURE_DIM))
-  return {w: glove[w] @ proj for w in words}
+  return {w: (glove[w] - mean) / np.linalg.norm(glove[w] - mean) @ proj for w in words}
 
 
 def _window(rng, num_frames: int) -> tuple[int, int]:

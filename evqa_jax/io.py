@@ -6,6 +6,12 @@ import os
 import tempfile
 
 
+def _umask() -> int:
+  mask = os.umask(0)
+  os.umask(mask)
+  return mask
+
+
 @contextlib.contextmanager
 def atomic_path(path: str):
   """Yields a temporary path in the target's directory; renames it onto `path` only on success."""
@@ -15,6 +21,8 @@ def atomic_path(path: str):
   os.close(fd)
   try:
     yield tmp
+    if os.path.isfile(tmp):
+      os.chmod(tmp, 0o644 & ~_umask())  # mkstemp makes 0600 files; outputs are ordinary readable files
     os.replace(tmp, path)
   except BaseException:
     if os.path.exists(tmp):

@@ -1,6 +1,7 @@
 """Parity of evqa_jax.models.bert with Hugging Face PyTorch BERT, and the checkpoint utilities."""
 
-import os
+import functools
+import re
 
 import flax.linen as nn
 import jax
@@ -57,6 +58,13 @@ def _np(x):
   return np.asarray(x, np.float32)
 
 
+def _apply(cfg, params, *args, **kwargs):
+  """Jitted BertLM(cfg).apply: eager op-by-op dispatch would dominate the test time."""
+  static = {k: kwargs.pop(k) for k in ("deterministic", "decode") if k in kwargs}
+  fn = jax.jit(lambda p, a, kw: bert.BertLM(cfg).apply({"params": p}, *a, **kw, **static))
+  return fn(params, args, kwargs)
+
+
 def _load(cfg, path, seed=1):
   init = bert.init_variables(cfg, jax.random.PRNGKey(seed))
   return bert.load_hf_params(cfg, path, init)
@@ -67,7 +75,7 @@ def test_hidden_states_match_hf_with_padding(hf_dir):
   params, report = _load(cfg, hf_dir[0])
   assert report.missing == [] and report.unused == []
   ids, mask, tt = _batch()
-  ours = bert.BertLM(cfg).apply({"params": params}, ids, mask, token_type_ids=tt)["hidden"]
+  ours = _apply(cfg, params, ids, mask, token_type_ids=tt)["hidden"]
   hf = transformers.BertModel.from_pretrained(hf_dir[0], add_pooling_layer=False).eval()
   with torch.no_grad():
     ref = hf(input_ids=_t(ids), attention_mask=_t(mask), token_type_ids=_t(tt)).last_hidden_state.numpy()
@@ -87,7 +95,7 @@ def test_mlm_logits_match_hf(hf_dir):
   cfg = bert.BertConfig(**TINY)
   params, _ = _load(cfg, hf_dir[0])
   ids, mask, tt = _batch(seed=1)
-  ours = bert.BertLM(cfg).apply({"params": params}, ids, mask, token_type_ids=tt, decode=True)["logits"]
+  ours = _apply(cfg, params, ids, mask, token_type_ids=tt, decode=True)["logits"]
   hf = transformers.BertForMaskedLM.from_pretrained(hf_dir[0]).eval()
   with torch.no_grad():
     ref = hf(input_ids=_t(ids), attention_mask=_t(mask), token_type_ids=_t(tt)).logits.numpy()
@@ -124,7 +132,7 @@ def test_visual_tokens_match_hf_inputs_embeds(hf_dir):
   params["visual_proj"]["dense"]["bias"] = jnp.linspace(-0.5, 0.5, 64)
   ids, mask, tt = _batch(seed=3)
   video, vmask = _visual_inputs(cfg)
-  ours = bert.BertLM(cfg).apply({"params": params}, ids, mask, token_type_ids=tt, visual=video,
+  ours = _apply(cfg, params, ids, mask, token_type_ids=tt, visual=video,
                                 visual_mask=vmask)["hidden"]
   hf = transformers.BertModel.from_pretrained(hf_dir[0], add_pooling_layer=False).eval()
   ref = _hf_visual_forward(hf, params, ids, mask, tt, video, vmask).last_hidden_state.numpy()
@@ -141,9 +149,8 @@ def test_adapters_match_hf_with_forward_hooks(hf_dir):
       lambda path, x: jnp.asarray(0.3 * rng.randn(*x.shape), jnp.float32)
       if "adapter" in jax.tree_util.keystr(path) else x, params)
   ids, mask, tt = _batch(seed=5)
-  ours = bert.BertLM(cfg).apply({"params": params}, ids, mask, token_type_ids=tt)["hidden"]
-  plain = bert.BertLM(bert.BertConfig(**TINY)).apply(
-      {"params": {k: v for k, v in params.items()}}, ids, mask, token_type_ids=tt)["hidden"]
+  ours = _apply(cfg, params, ids, mask, token_type_ids=tt)["hidden"]
+  plain = _apply(bert.BertConfig(**TINY), params, ids, mask, token_type_ids=tt)["hidden"]
 
   hf = transformers.BertModel.from_pretrained(hf_dir[0], add_pooling_layer=False).eval()
 
@@ -168,7 +175,7 @@ def test_mask_feature_is_head_transform_at_mask_index(hf_dir):
   ids, mask, tt = _batch(seed=6)
   video, vmask = _visual_inputs(cfg, seed=7)
   mask_index = np.array([4 + 2, 4 + 5, 4 + 0], np.int32)  # full-sequence index: text position + T
-  out = bert.BertLM(cfg).apply({"params": params}, ids, mask, token_type_ids=tt, visual=video, visual_mask=vmask,
+  out = _apply(cfg, params, ids, mask, token_type_ids=tt, visual=video, visual_mask=vmask,
                                mask_index=mask_index, decode=True)
   assert out["mask_feature"].shape == (3, 64)
   hf = transformers.BertForMaskedLM.from_pretrained(hf_dir[0]).eval()
@@ -194,7 +201,7 @@ def test_real_minilm_matches_hf():
             return_tensors="np")
   ids, mask, tt = (enc[k].astype(np.int32) for k in ("input_ids", "attention_mask", "token_type_ids"))
   assert mask[1].sum() < mask[0].sum()  # the second sentence is padded
-  ours = bert.BertLM(cfg).apply({"params": params}, ids, mask, token_type_ids=tt)["hidden"]
+  ours = _apply(cfg, params, ids, mask, token_type_ids=tt)["hidden"]
   hf = transformers.BertModel.from_pretrained(path).eval()
   with torch.no_grad():
     ref = hf(input_ids=_t(ids), attention_mask=_t(mask), token_type_ids=_t(tt)).last_hidden_state.numpy()
@@ -208,8 +215,8 @@ def test_bfloat16_close_to_float32(hf_dir):
   cfg16 = bert.BertConfig(**TINY, dtype="bfloat16")
   params, _ = _load(cfg32, hf_dir[0])
   ids, mask, tt = _batch(seed=8)
-  h32 = bert.BertLM(cfg32).apply({"params": params}, ids, mask, token_type_ids=tt)["hidden"]
-  h16 = bert.BertLM(cfg16).apply({"params": params}, ids, mask, token_type_ids=tt)["hidden"]
+  h32 = _apply(cfg32, params, ids, mask, token_type_ids=tt)["hidden"]
+  h16 = _apply(cfg16, params, ids, mask, token_type_ids=tt)["hidden"]
   assert h16.dtype == jnp.bfloat16
   err = np.abs(_np(h16) - _np(h32))
   assert err.max() < 0.1 and err.mean() < 0.02, (err.max(), err.mean())
@@ -223,6 +230,7 @@ def test_dropout_and_gradients():
   video = np.ones((3, 2, 8), np.float32)
   model = bert.BertLM(cfg)
 
+  @functools.partial(jax.jit, static_argnums=2)
   def run(p, rng, deterministic):
     return model.apply({"params": p}, ids, mask, visual=video, mask_index=jnp.array([2, 3, 4]),
                        deterministic=deterministic, rngs={"dropout": rng})["mask_feature"]
@@ -233,7 +241,7 @@ def test_dropout_and_gradients():
   d = run(params, jax.random.PRNGKey(2), True)
   assert np.abs(_np(a) - _np(b)).max() > 1e-3
   np.testing.assert_array_equal(_np(c), _np(d))
-  grads = jax.grad(lambda p: jnp.sum(run(p, jax.random.PRNGKey(1), False) ** 2))(params)
+  grads = jax.jit(jax.grad(lambda p: jnp.sum(run(p, jax.random.PRNGKey(1), False) ** 2)))(params)
   flat = hf_utils.flatten_params(grads)
   for name in ("visual_proj/dense/kernel", "encoder/layer_1/output/adapter_ffn/up/kernel",
                "encoder/layer_0/attention/output/LayerNorm/scale"):
@@ -250,7 +258,7 @@ def test_every_parameter_has_logical_axis_names():
     assert isinstance(leaf, nn.LogicallyPartitioned)
     assert len(leaf.names) == leaf.value.ndim and set(leaf.names) <= vocabulary
   trainable = [p for p in hf_utils.flatten_params(hf_utils.params_of(variables))
-               if __import__("re").search(r"(visual_proj|adapter|LayerNorm|verbalizer)", p)]
+               if re.search(r"(visual_proj|adapter|LayerNorm|verbalizer)", p)]
   assert len(trainable) == 2 + 2 + 2 + 2 * (2 * 2 + 2 * 4)
 
 

@@ -69,3 +69,16 @@ def test_table1():
 def test_per_answer_accuracy():
   acc = ovqa.per_answer_accuracy(GT, ["yes"] * 7 + ["no"] + ["man", None, "zebra", "zebra"])
   assert acc == {"yes": (7, 8), "man": (1, 1), "dog": (0, 1), "zebra": (2, 2)}
+
+
+def test_evaluate_files_matches_in_memory(tmp_path):
+  import pandas as pd  # pylint: disable=g-import-not-at-top
+  train = ["yes"] * 200 + ["man"] * 50 + ["dog"] * 5 + ["cat"] * 3
+  pd.DataFrame({"answer": train}).to_csv(tmp_path / "train.csv", index=False)
+  pd.DataFrame({"answer": GT}).to_csv(tmp_path / "test.csv", index=False)
+  preds = ["yes"] * 6 + ["no", None] + ["man", "cat", "zebra", None]
+  rows = [(i, p) for i, p in enumerate(preds) if p is not None]
+  pd.DataFrame(rows, columns=["index", "prediction"]).to_csv(tmp_path / "pred.csv", index=False)
+  got = ovqa.evaluate_files(str(tmp_path / "train.csv"), str(tmp_path / "test.csv"), str(tmp_path / "pred.csv"))
+  assert got == ovqa.ovqa_metrics(GT, preds, TRAIN_COUNTS)
+  assert got["BNG"] == 25.0

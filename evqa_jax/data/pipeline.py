@@ -246,6 +246,16 @@ class DataIterator(grain.DataLoaderIterator):
     """Number of batches consumed so far (the index of the next batch in the run)."""
     return _step_from_grain_state(json.loads(self.get_state().decode()))
 
+  def close(self) -> None:
+    """Stops Grain's prefetching (threads and worker processes) now rather than at garbage collection."""
+    self._iterator.close()
+
+  def __enter__(self) -> "DataIterator":
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self.close()
+
   def set_step(self, step: int) -> None:
     """Positions the iterator so that the next batch is batch `step` of the run."""
     if not 0 <= step <= self.plan.num_steps:

@@ -137,10 +137,13 @@ def plot_long_tail(train_counts: dict[str, int], gt_answers: Sequence[str],
   for border in (ovqa_metrics_lib.RARE_MIN_COUNT - 0.5, ovqa_metrics_lib.COMMON_MIN_COUNT - 0.5,
                  ovqa_metrics_lib.BASE_MIN_COUNT - 0.5):
     ax.axvline(border, color="red", lw=0.8, ls="--")
+  label_at = ax.get_xaxis_transform()  # x in data units, y in axes units
+  for x, name in ((0.0, "unseen"), (3.0, "rare"), (33.0, "common"), (300.0, "base")):
+    ax.text(x, 1.01, name, transform=label_at, ha="center", va="bottom", fontsize=8, color="red")
   ax.set_xlabel("answer frequency in train (symlog; 0 = unseen)")
   ax.set_ylabel("per-answer test accuracy (%)")
   ax.set_ylim(-2, 102)
-  ax.set_title("OVQA long tail: accuracy vs answer frequency")
+  ax.set_title("OVQA long tail: accuracy vs answer frequency", pad=16)
   ax.legend(loc="lower right")
   fig.tight_layout()
   with io.atomic_path(path) as tmp:

@@ -11,7 +11,8 @@ Inputs:
   --pred: JSON {entry_id: {"video_id": ..., "parsed_response": {"answer": "A".."E", "segments": [[s, e], ...]}}}.
     A null/missing parsed_response, answer or segments means no answer / no segments (scored wrong / 0).
   --pred-masks: <dir>/<entry_id>/masks/<frame>.png (0/255; any non-zero = object). A frame is matched with the
-    ground-truth PNG of the same file name.
+    ground-truth PNG of the same frame: same file name, or the same number when both names are numeric
+    (00012.png and 12.png are frame 12).
 
 Output keys (percent): accuracy, mIoU, mIoP, tIoU@0.3, tIoU@0.5, tIoP@0.3, tIoP@0.5, t_mean, J, F, JF; plus
 num_entries, num_mask_entries (entries with a GT mask folder), num_missing_predictions, num_unmatched_predictions
@@ -111,31 +112,51 @@ def read_mask(path: str) -> np.ndarray:
   return arr != 0
 
 
-def _png_names(directory: str) -> list[str]:
+def _frame_key(name: str):
+  stem = os.path.splitext(name)[0]
+  return int(stem) if stem.isdigit() else stem
+
+
+def _frame_pngs(directory: str) -> dict[Any, str]:
+  """{frame key: file name} of the PNGs in a folder; numeric names are keyed by their value ("00012" == "12")."""
   if not os.path.isdir(directory):
-    return []
-  return sorted(n for n in os.listdir(directory) if n.lower().endswith(".png")
-                and os.path.isfile(os.path.join(directory, n)))
+    return {}
+  out = {}
+  for name in sorted(os.listdir(directory)):
+    if not name.lower().endswith(".png") or not os.path.isfile(os.path.join(directory, name)):
+      continue
+    key = _frame_key(name)
+    if key in out:
+      raise ValueError(f"{directory}: {out[key]} and {name} name the same frame")
+    out[key] = name
+  return out
 
 
 def entry_mask_scores_from_dirs(gt_dir: str, pred_dir: str,
                                 bound_th: float = st.BOUND_TH) -> tuple[float, float, int]:
-  """(J, F, number of scored frames) of one entry from its GT mask folder and predicted masks folder."""
+  """(J, F, number of scored frames) of one entry from its GT mask folder and predicted masks folder.
+
+  Only frames with a predicted PNG are scored; each is matched with the GT PNG of the same frame (same file name, or
+  the same number when both names are numeric, e.g. 00012.png and 12.png); a frame without a GT PNG is empty.
+  """
+  pred_frames = _frame_pngs(pred_dir)
+  gt_frames = _frame_pngs(gt_dir)
 
   def frames():
-    for name in _png_names(pred_dir):
+    for key, name in pred_frames.items():
       pred_path = os.path.join(pred_dir, name)
-      gt_path = os.path.join(gt_dir, name)
       pred = read_mask(pred_path)
-      gt = read_mask(gt_path) if os.path.isfile(gt_path) else None
-      if gt is not None and gt.shape != pred.shape:
-        raise ValueError(f"mask size mismatch: ground truth {gt_path} is {gt.shape[1]}x{gt.shape[0]} (WxH) but "
-                         f"prediction {pred_path} is {pred.shape[1]}x{pred.shape[0]}")
+      gt = None
+      if key in gt_frames:
+        gt_path = os.path.join(gt_dir, gt_frames[key])
+        gt = read_mask(gt_path)
+        if gt.shape != pred.shape:
+          raise ValueError(f"mask size mismatch: ground truth {gt_path} is {gt.shape[1]}x{gt.shape[0]} (WxH) but "
+                           f"prediction {pred_path} is {pred.shape[1]}x{pred.shape[0]}")
       yield gt, pred
 
-  names = _png_names(pred_dir)
   j, f = st.entry_mask_scores(frames(), bound_th)
-  return j, f, len(names)
+  return j, f, len(pred_frames)
 
 
 def evaluate(gt_csv: str, pred_json: str, gt_masks: Optional[str], pred_masks: Optional[str],

@@ -9,7 +9,8 @@ Ground-truth JSON (one object per entry; option indices are 0-based):
       "temporal": {"options": [[[s, e], ...] x 4], "answer": int},     each option a set of segments in seconds
       "spatial":  {"frame": int, "answer": int [, "options": [... x 4]]}}}
   `spatial.frame` is the reference frame (at 6 fps) the candidate masks are drawn on; without `spatial.options` there
-  are 4 candidate masks, so the answer must be in 0..3.
+  are 4 candidate masks, so the answer must be in 0..3. Other keys (e.g. `spatial.options_dir`, the candidate mask
+  folder written by data_prep/st_evidence.py) are ignored: scoring needs only the indices.
 
 Prediction JSON:
   {entry_id: {"qa": int, "temporal": int, "spatial": int}}   chosen option indices, 0-based.

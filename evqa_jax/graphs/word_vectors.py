@@ -178,9 +178,11 @@ def cosine_knn(wv: WordVectors,
   # A row's k-th best similarity over a prefix of the candidates lower-bounds its k-th best overall, so keeping only
   # the entries at or above it is exact and avoids a full partition of every 400k-wide row.
   probe = min(n_cand, max(4096, 32 * kk))
+  buf = np.empty((min(batch_size, n_q), n_cand), np.float32)  # reused: fresh 100s-of-MB blocks cost page faults
   for start in range(0, n_q, batch_size):
     stop = min(start + batch_size, n_q)
-    sims = qn[start:stop] @ cand.T  # [b, n_cand]
+    sims = buf[:stop - start]
+    np.matmul(qn[start:stop], cand.T, out=sims)
     thresh = np.partition(sims[:, :probe], probe - kk, axis=1)[:, probe - kk]
     if min_sim is not None:
       thresh = np.maximum(thresh, np.float32(min_sim))

@@ -170,3 +170,16 @@ def table1(train_answers: Mapping[str, int] | Iterable[str], test_answers: Seque
   for table in out.values():
     table["total"] = sum(table[c] for c in CATEGORIES)
   return out
+
+
+def evaluate_files(train_csv: str, test_csv: str, pred_csv: str) -> dict[str, float | int | None]:
+  """`ovqa_metrics` of one prediction CSV (index,prediction) against the train/test CSVs.
+
+  The same reading rules as `python -m evqa_jax.evaluate.ovqa` (answers verbatim, a missing index is wrong, an index
+  outside the test CSV is an error). Returns the flat metrics with NaN (empty category) as None, ready for JSON.
+  """
+  from evqa_jax.evaluate import json_safe  # pylint: disable=g-import-not-at-top  (evaluate imports this module)
+  from evqa_jax.evaluate import ovqa as ovqa_cli  # pylint: disable=g-import-not-at-top
+
+  results, _, _, _, _ = ovqa_cli.evaluate(train_csv, test_csv, [pred_csv], ["model"])
+  return json_safe(results["model"])

@@ -129,6 +129,10 @@ class DebertaV2Config:
     if self.hidden_size % self.num_attention_heads:
       raise ValueError(f"DebertaV2Config: hidden_size {self.hidden_size} is not a multiple of "
                        f"num_attention_heads {self.num_attention_heads}")
+    if self.head_dim * self.num_attention_heads != self.hidden_size:
+      raise ValueError(f"DebertaV2Config.attention_head_size {self.attention_head_size} x num_attention_heads "
+                       f"{self.num_attention_heads} != hidden_size {self.hidden_size} (the attention output dense "
+                       "of transformers' DeBERTa-v2 takes hidden_size inputs)")
     for field in ("hidden_act", "conv_act"):
       if getattr(self, field) not in _ACTIVATIONS:
         raise ValueError(f"DebertaV2Config.{field}: unknown activation {getattr(self, field)!r} "

@@ -148,6 +148,12 @@ def restore_latest(mngr: ocp.CheckpointManager, state, train_iter):
           state=ocp.args.StandardRestore(_abstract(state)),
           data=pipeline.checkpoint_args_restore(train_iter)))
       return step, restored["state"]
+    except ValueError as e:
+      if "differs" in str(e):  # the data pipeline changed (batch size, seed, dataset): not a damaged checkpoint
+        raise ValueError(f"cannot resume from {mngr.directory} step {step}: {e}") from e
+      logging.warning("checkpoint at step %d in %s is unreadable (%s); trying the previous one", step,
+                      mngr.directory, e)
+      print(f"WARNING: checkpoint step {step} is unreadable ({e}); falling back to an earlier one", flush=True)
     except Exception as e:  # a truncated or half-written checkpoint: fall back to the one before
       logging.warning("checkpoint at step %d in %s is unreadable (%s: %s); trying the previous one",
                       step, mngr.directory, type(e).__name__, e)

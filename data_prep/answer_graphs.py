@@ -1,0 +1,66 @@
+"""Builds the OVQA answer graphs of a converted dataset.
+
+  python data_prep/answer_graphs.py --data DIR --k 10 [--hops 2 --min-sim S --top-n N --glove pkg:glove-6b-50d]
+
+Reads DIR/vocab.json ({"vocab_train": [...], "vocab_test": [...]}, written by the OVQA converter) and writes
+DIR/graph_train.npz and DIR/graph_test.npz (see evqa_jax.graphs.answer_graph), printing node / edge counts.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from evqa_jax.graphs import answer_graph  # noqa: E402
+from evqa_jax.graphs import word_vectors  # noqa: E402
+
+
+def read_vocab(path: str) -> dict:
+  try:
+    with open(path) as f:
+      vocab = json.load(f)
+  except FileNotFoundError as e:
+    raise FileNotFoundError(f"{path}: no answer vocabulary (run the OVQA converter first)") from e
+  except json.JSONDecodeError as e:
+    raise ValueError(f"{path}: not valid JSON: {e}") from e
+  for key in ("vocab_train", "vocab_test"):
+    if not isinstance(vocab.get(key), list) or not vocab[key]:
+      raise ValueError(f"{path}: field {key!r} must be a non-empty list of answer strings")
+  return vocab
+
+
+def main(argv=None) -> dict:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--data", required=True, help="dataset directory holding vocab.json")
+  parser.add_argument("--k", type=int, default=10, help="GloVe neighbours per word")
+  parser.add_argument("--hops", type=int, default=2, help="K in Eq. 2")
+  parser.add_argument("--min-sim", type=float, default=None, help="cosine cut-off for neighbours")
+  parser.add_argument("--top-n", type=int, default=None, help="only the top-N most frequent words are candidates")
+  parser.add_argument("--glove", default="pkg:glove-6b-50d", help="word vectors: pkg:glove-6b-50d, a dir or a text file")
+  args = parser.parse_args(argv)
+
+  vocab = read_vocab(os.path.join(args.data, "vocab.json"))
+  t0 = time.time()
+  wv = word_vectors.load_word_vectors(args.glove)
+  summary = {}
+  for split in ("train", "test"):
+    graph = answer_graph.build_answer_graph(vocab[f"vocab_{split}"], wv, k=args.k, hops=args.hops,
+                                            min_sim=args.min_sim, top_n=args.top_n)
+    graph.info["word_vectors"] = args.glove
+    out = os.path.join(args.data, f"graph_{split}.npz")
+    graph.save(out)
+    stats = graph.stats()
+    summary[split] = stats
+    oov = graph.info["oov_answers"]
+    print(f"{split}: {stats['num_answers']} answers, {stats['num_nodes']} nodes, {stats['num_edges']} edges "
+          f"(incl. {stats['num_nodes']} self-loops; {graph.info['dropped_answer_answer_edges']} answer-answer edges "
+          f"dropped), {len(oov)} answers without word vectors{': ' + ', '.join(oov[:10]) if oov else ''} -> {out}")
+  print(f"done in {time.time() - t0:.1f}s")
+  return summary
+
+
+if __name__ == "__main__":
+  main()

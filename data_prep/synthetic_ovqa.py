@@ -1,0 +1,500 @@
+"""The built-in synthetic OVQA world: a deterministic, download-free miniature of MSRVTT-QA.
+
+    python -m data_prep.synthetic_ovqa --out DIR [--seed 0] [--small] [--graphs] [--num-train 5000] ...
+
+writes the same raw files as the official release into DIR/raw (train.csv, val.csv, test.csv with columns
+question, answer, video_id, type, id; features.npz: video_id -> float16 [T_video, 768]; subtitles.json:
+video_id -> text; world.json: the concepts and knobs, for inspection) and converts them with data_prep.ovqa into
+DIR/records, then prints the realised answer statistics (the paper's Table 1); --graphs also builds the answer
+graphs (data_prep.answer_graphs). `ensure_world(DIR, preset)` does all of it once, for the configs' demo variants.
+
+How the world makes the paper's claims testable in miniature:
+- Answers are ~650 English words (objects, animals, vehicles, instruments, sports, actions, manners, numbers,
+  colours, places, people, times), each present in GloVe 6B and a single word piece of the MiniLM (BERT uncased)
+  vocabulary, grouped by MSRVTT question type (0-5 = what/how/color/where/who/when) with question templates per
+  group ("what is the man holding", "what color is the car", "where is the woman", ...).
+- Answer frequencies are Zipf-like over a concept ranking, p(rank r) ~ (r + offset)^-exponent, sampled per row,
+  so the base / common / rare categories all occur; a set of held-out concepts never appears in train and makes
+  a fixed fraction of the val/test rows (the unseen answers; tail concepts that happen to get no train row add
+  a few more).
+- "CLIP-like" frames: a clip shows the concepts of its 1-3 questions (distinct question types) in contiguous
+  segments, plus optionally a distractor concept and background frames. A frame of concept c is
+      mean + a * unit(M (g_c - g_mean)) + b * d_type + noise,
+  with g_c the concept's GloVe vector, M a fixed random 50 x 768 map (from the seed) shared by all words, d_type
+  a random unit direction per question type (so the question type tells which segment to look at) and a shared
+  mean vector (CLIP features are anisotropic). Because M is shared, the answer is predictable from the video AND
+  an unseen answer is predictable from its word vector. Segments are long enough that frame sampling to
+  `num_frames` keeps at least one frame of every question's concept.
+- Subtitles (optional): a filler sentence for most clips, sometimes mentioning a GloVe neighbour of one of the
+  clip's answers (a related word, never the answer itself).
+
+Everything derives from `seed` through numpy's PCG64 (the feature map from its own child seed, so the size
+knobs do not change it): the same seed gives byte-identical CSVs and identical feature arrays.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import os
+import sys
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from evqa_jax import io as evqa_io
+from evqa_jax import pretrained
+from data_prep import answer_stats
+from data_prep import features as features_lib
+from data_prep import ovqa
+
+QUESTION_TYPES = ("what", "how", "color", "where", "who", "when")
+
+# Curated answer words per group; each is in GloVe 6B and is one word piece of the MiniLM uncased vocabulary
+# (tests/test_synthetic_ovqa.py checks both). A word listed twice keeps its first group.
+WORD_GROUPS = {
+    "object": """
+        ball phone book cup bottle knife guitar camera bag box hat paper pen pencil card cards towel brush
+        umbrella bowl plate spoon fork glass mug jar pan pot toy doll flag sign map key keys lamp chair table
+        bed sofa couch computer laptop keyboard mouse screen television tv remote microphone speaker clock
+        watch ring necklace shoe shoes shirt dress jacket coat scarf glove gloves sunglasses glasses mask
+        helmet bat stick rope wire cable candle flower flowers tree rock stone leaf paint tape scissors hammer
+        tool tools wheel tire door window mirror picture painting poster letter envelope gift present basket
+        bucket blanket pillow wallet purse coin money ticket newspaper magazine notebook tablet sword gun
+        rifle bow arrow shield balloon kite candy cake bread sandwich pizza burger egg eggs apple banana
+        orange lemon tomato potato onion carrot rice pasta soup salad cheese meat chicken fish steak sauce
+        cookie chocolate coffee tea milk juice water wine beer sugar salt butter noodles pie corn bean beans
+        mushroom pepper garlic strawberry grape grapes cherry peach""",
+    "animal": """
+        dog cat horse cow pig sheep goat bird duck rabbit rat lion tiger bear wolf fox deer elephant monkey
+        zebra snake lizard turtle frog shark whale dolphin penguin owl eagle parrot spider bee butterfly ant
+        camel donkey kangaroo panda squirrel crab octopus seal goose swan pigeon crow puppy kitten bull cattle""",
+    "vehicle": """
+        car truck bus train bike bicycle motorcycle boat ship plane airplane helicopter jet tractor taxi van
+        jeep canoe yacht rocket tank ambulance subway""",
+    "instrument": """
+        piano violin drum drums flute trumpet saxophone harp cello banjo accordion clarinet harmonica trombone
+        organ bass""",
+    "sport": """
+        soccer football basketball baseball tennis golf hockey volleyball cricket rugby boxing wrestling
+        swimming surfing skiing skating cycling racing bowling badminton chess poker karate yoga gymnastics
+        archery fishing hunting diving""",
+    "action": """
+        cooking singing dancing running walking talking eating drinking driving playing reading writing
+        drawing jumping climbing riding fighting laughing crying sleeping smiling shopping cleaning washing
+        cutting throwing catching kicking shooting typing sitting standing sewing knitting baking stirring
+        mixing pouring filming recording speaking interviewing teaching explaining presenting performing
+        acting modeling exercising stretching lifting kissing hugging waving clapping whistling shouting
+        screaming yelling""",
+    "manner": """
+        quickly slowly fast carefully happily sadly loudly quietly gently angrily easily badly well hard slow
+        quick loud calm gracefully smoothly nervously excitedly""",
+    "number": """
+        two three four five six seven eight nine ten eleven twelve twenty hundred""",
+    "color": """
+        red blue green yellow black white purple pink brown gray grey silver gold golden violet beige tan
+        maroon navy turquoise crimson scarlet olive lavender ivory bronze copper amber emerald ruby indigo
+        blond""",
+    "place": """
+        kitchen room bedroom bathroom office classroom school street road beach park stage forest field garden
+        yard house home restaurant store shop mall market studio gym pool lake river ocean sea mountain hill
+        desert island city town village farm zoo airport station church hospital library museum theater cinema
+        stadium arena court track bridge tunnel highway parking garage basement roof hallway bar cafe hotel
+        lobby prison castle palace cave jungle valley canyon lab laboratory factory warehouse campus concert
+        club party wedding festival space moon underwater outside outdoors inside indoors backyard playground
+        sidewalk alley parade race game""",
+    "person": """
+        man woman boy girl child children kid kids baby people person guy lady gentleman teenager adult chef
+        cook doctor nurse teacher student police officer soldier singer dancer actor actress player athlete
+        driver pilot reporter host anchor presenter announcer judge lawyer president politician scientist
+        farmer worker waiter waitress customer audience crowd band team family mother father mom dad son
+        daughter brother sister wife husband friend couple group coach referee fan fans clown magician cowboy
+        king queen prince princess priest artist musician guitarist drummer rapper comedian model celebrity
+        tourist fisherman hunter surgeon dentist mechanic astronaut robot monster zombie alien superhero
+        cartoon""",
+    "time": """
+        night morning evening afternoon noon midnight dawn dusk sunrise sunset day daytime nighttime today
+        tonight yesterday tomorrow weekend summer winter spring autumn fall monday tuesday wednesday thursday
+        friday saturday sunday january february march april may june july august september october november
+        december christmas halloween easter thanksgiving birthday holiday""",
+}
+
+GROUP_TYPE = {"object": 0, "animal": 0, "vehicle": 0, "instrument": 0, "sport": 0, "action": 0,
+              "manner": 1, "number": 1, "color": 2, "place": 3, "person": 4, "time": 5}
+
+SUBJECTS = ("man", "woman", "person", "boy", "girl", "guy", "lady")
+
+TEMPLATES = {
+    "object": ("what is the {s} holding", "what is on the table", "what object is shown in the video",
+               "what is the {s} showing to the camera", "what does the {s} pick up", "what is the {s} using"),
+    "animal": ("what animal is shown", "what kind of animal is in the video", "what animal is the {s} playing with",
+               "what is running on the grass"),
+    "vehicle": ("what vehicle is shown", "what is the {s} driving", "what is parked on the street"),
+    "instrument": ("what instrument is the {s} playing", "what instrument is being played",
+                   "what is the musician playing"),
+    "sport": ("what sport is being played", "what game are the people playing", "what sport is shown in the video"),
+    "action": ("what is the {s} doing", "what are the people doing", "what activity is shown in the video",
+               "what is the {s} doing in the video"),
+    "manner": ("how is the {s} moving", "how does the {s} speak", "how is the {s} driving", "how does the {s} dance"),
+    "number": ("how many people are in the video", "how many cars are shown", "how many animals are there",
+               "how many times does the {s} jump"),
+    "color": ("what color is the car", "what color is the shirt of the {s}", "what color is the dress",
+              "what is the color of the ball", "what color is the {s} wearing"),
+    "place": ("where is the {s}", "where are the people", "where is this taking place", "where is the {s} standing",
+              "where is the video filmed"),
+    "person": ("who is talking", "who is singing on stage", "who is in the video", "who is cooking in the kitchen",
+               "who is speaking to the camera"),
+    "time": ("when is the video filmed", "when does this take place", "when are the people outside",
+             "when is the party"),
+}
+
+# The most frequent answers, in order (MSRVTT-QA's head looks like this); the rest of the ranking is random.
+HEAD = ("man", "woman", "person", "people", "girl", "car", "dog", "cooking", "boy", "singing", "kitchen",
+        "red", "black", "two", "stage", "cat", "white", "night", "room", "dancing")
+
+FILLERS = ("okay so let us get started", "look at this", "this is amazing", "welcome back to my channel",
+           "here we go", "check this out", "what do you think", "alright everybody", "thank you for watching",
+           "let me show you", "that was great", "come on", "oh my god", "you can see it here",
+           "so today we are going to try something new", "do not forget to subscribe")
+HINTS = ("it reminds me of {w}", "talking about {w} again", "just like {w}", "have you seen the {w}",
+         "i love {w}")
+
+
+@dataclasses.dataclass(frozen=True)
+class WorldConfig:
+  """Knobs of the synthetic OVQA world (defaults: a ~3-5 minute CPU demo training)."""
+
+  seed: int = 0
+  num_train: int = 5000
+  num_val: int = 500
+  num_test: int = 1000
+  num_concepts: int = 0            # 0 = all curated words
+  num_heldout: int = 50            # concepts that occur only in val/test (unseen answers)
+  unseen_fraction: float = 0.08    # share of val/test rows asking about a held-out concept
+  zipf_exponent: float = 1.1
+  zipf_offset: float = 2.0
+  min_video_frames: int = 6
+  max_video_frames: int = 24
+  max_questions_per_video: int = 3
+  num_frames: int = 10             # converter's T; segments are made long enough to survive sampling to T
+  feature_dim: int = 768
+  concept_scale: float = 8.0
+  type_scale: float = 2.5
+  mean_norm: float = 5.0
+  noise_norm: float = 4.0
+  distractor_prob: float = 0.5
+  distractor_scale: float = 0.6
+  background_prob: float = 0.5
+  subtitles: bool = True
+  subtitle_prob: float = 0.7
+  hint_prob: float = 0.3
+  cvqa_topk: int = 100
+
+
+SMALL = dict(num_train=800, num_val=100, num_test=200, num_concepts=160, num_heldout=16, zipf_exponent=1.2,
+             zipf_offset=0.5, cvqa_topk=20)
+
+
+def concept_words() -> list[tuple[str, str]]:
+  """(word, group) of every curated answer word, in listing order, each word once."""
+  seen, out = set(), []
+  for group, words in WORD_GROUPS.items():
+    for w in words.split():
+      if w not in seen:
+        seen.add(w)
+        out.append((w, group))
+  return out
+
+
+def load_glove(words: Sequence[str], vocab_rows: tuple[int, int] = (500, 50000)
+               ) -> tuple[np.ndarray, list[str], np.ndarray]:
+  """GloVe 50d vectors of `words` [len(words), 50], plus the GloVe words (and vectors) of frequency ranks
+  vocab_rows[0]..vocab_rows[1] (the file is sorted by frequency; the top ranks are mostly function words)."""
+  root = pretrained.glove_6b_50d_dir()
+  index = pd.Index(pd.read_parquet(os.path.join(root, "glove_6B_index.parquet"))["index"].astype(str))
+  emb = np.load(os.path.join(root, "glove_6B_50d_emb.npy"), mmap_mode="r")
+  rows = index.get_indexer(list(words))
+  missing = [w for w, r in zip(words, rows) if r < 0]
+  if missing:
+    raise ValueError(f"words missing from GloVe 6B ({root}): {missing}")
+  vecs = np.asarray(emb[rows], dtype=np.float32)
+  lo, hi = vocab_rows
+  return vecs, index[lo:hi].tolist(), np.asarray(emb[lo:hi], dtype=np.float32)
+
+
+def glove_neighbours(words: Sequence[str], vecs: np.ndarray, vocab: Sequence[str], vocab_vecs: np.ndarray,
+                     exclude: set[str] = frozenset(), k: int = 3) -> dict[str, list[str]]:
+  """k nearest GloVe words (cosine) of each word: alphabetic, >= 3 letters, not in `exclude`, not the word
+  itself nor a plural/stem of it."""
+  unit = vocab_vecs / np.maximum(np.linalg.norm(vocab_vecs, axis=1, keepdims=True), 1e-8)
+  q = vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-8)
+  sims = q @ unit.T
+  top = np.argpartition(-sims, 200, axis=1)[:, :200]
+  out = {}
+  for i, w in enumerate(words):
+    found = []
+    for j in top[i][np.argsort(-sims[i, top[i]], kind="stable")]:
+      cand = vocab[j]
+      if (cand.isalpha() and cand.isascii() and len(cand) >= 3 and cand not in exclude
+          and not cand.startswith(w) and not w.startswith(cand)):
+        found.append(cand)
+        if len(found) == k:
+          break
+    out[w] = found
+  return out
+
+
+def _zipf(n: int, exponent: float, offset: float) -> np.ndarray:
+  p = 1.0 / (np.arange(1, n + 1) + offset) ** exponent
+  return p / p.sum()
+
+
+def _segments(rng: np.random.Generator, t_video: int, num_qa: int, extra: int, num_frames: int) -> tuple:
+  """Frame counts of the QA parts then the extra parts (each >= 1); QA parts survive sampling to num_frames."""
+  qa_min = math.ceil(t_video / num_frames) if t_video > num_frames else 1
+  while extra and num_qa * qa_min + extra > t_video:
+    extra -= 1
+  t_video = max(t_video, num_qa * qa_min + extra)
+  if t_video > num_frames:
+    qa_min = math.ceil(t_video / num_frames)
+  mins = np.array([qa_min] * num_qa + [1] * extra, dtype=np.int64)
+  lengths = mins + rng.multinomial(max(0, t_video - int(mins.sum())), np.full(len(mins), 1.0 / len(mins)))
+  return lengths, extra
+
+
+class _World:
+  """Concepts, their ranking and the frame-feature generator."""
+
+  def __init__(self, cfg: WorldConfig):
+    self.cfg = cfg
+    map_ss, world_ss = np.random.SeedSequence(cfg.seed).spawn(2)
+    self.rng = np.random.default_rng(world_ss)
+    all_words = concept_words()
+    words = [w for w, _ in all_words]
+    group_of = dict(all_words)
+    all_vecs, vocab, vocab_vecs = load_glove(words)
+    glove_mean = all_vecs.mean(axis=0)
+
+    head = [w for w in HEAD if w in group_of]
+    rest = [w for w in words if w not in set(head)]
+    rest = [rest[i] for i in self.rng.permutation(len(rest))]
+    ranking = head + rest
+    if cfg.num_concepts:
+      if not len(head) < cfg.num_concepts <= len(ranking):
+        raise ValueError(f"num_concepts={cfg.num_concepts} must be in ({len(head)}, {len(ranking)}]")
+      ranking = ranking[:cfg.num_concepts]
+    if not 0 <= cfg.num_heldout <= len(ranking) - len(head) - 1:
+      raise ValueError(f"num_heldout={cfg.num_heldout} must be in [0, {len(ranking) - len(head) - 1}]")
+    held_idx = len(head) + self.rng.choice(len(ranking) - len(head), cfg.num_heldout, replace=False)
+    held = set(ranking[i] for i in held_idx)
+    self.seen = [w for w in ranking if w not in held]
+    self.heldout = [w for w in ranking if w in held]
+    self.group = {w: group_of[w] for w in ranking}
+    self.qtype = {w: GROUP_TYPE[group_of[w]] for w in ranking}
+    self.concepts = ranking
+
+    word_row = {w: i for i, w in enumerate(words)}
+    vecs = all_vecs[[word_row[w] for w in ranking]]
+    self.neighbours = glove_neighbours(ranking, vecs, vocab, vocab_vecs, exclude=set(words))
+
+    map_rng = np.random.default_rng(map_ss)
+    dim = cfg.feature_dim
+    projection = map_rng.standard_normal((all_vecs.shape[1], dim)).astype(np.float32) / np.sqrt(all_vecs.shape[1])
+    mapped = (vecs - glove_mean) @ projection
+    self.direction = {w: mapped[i] / np.linalg.norm(mapped[i]) for i, w in enumerate(ranking)}
+    self.mean = self._unit(map_rng.standard_normal(dim)) * cfg.mean_norm
+    self.type_dir = np.stack([self._unit(map_rng.standard_normal(dim)) for _ in QUESTION_TYPES]) * cfg.type_scale
+    self.p_seen = _zipf(len(self.seen), cfg.zipf_exponent, cfg.zipf_offset)
+
+  @staticmethod
+  def _unit(x: np.ndarray) -> np.ndarray:
+    return (x / np.linalg.norm(x)).astype(np.float32)
+
+  def sample_answers(self, n: int, unseen_fraction: float) -> list[str]:
+    num_unseen = int(round(unseen_fraction * n)) if self.heldout else 0
+    answers = [self.seen[i] for i in self.rng.choice(len(self.seen), n - num_unseen, p=self.p_seen)]
+    answers += [self.heldout[i] for i in self.rng.integers(0, len(self.heldout), num_unseen)]
+    return [answers[i] for i in self.rng.permutation(n)]
+
+  def group_into_videos(self, answers: list[str]) -> list[list[int]]:
+    """Row indices per video: consecutive rows of distinct question types, 1..max_questions_per_video each."""
+    videos, current, types, cap = [], [], set(), 0
+    for i, a in enumerate(answers):
+      if current and (len(current) >= cap or self.qtype[a] in types):
+        videos.append(current)
+        current, types = [], set()
+      if not current:
+        cap = int(self.rng.integers(1, self.cfg.max_questions_per_video + 1))
+      current.append(i)
+      types.add(self.qtype[a])
+    if current:
+      videos.append(current)
+    return videos
+
+  def question(self, answer: str) -> str:
+    templates = TEMPLATES[self.group[answer]]
+    t = templates[int(self.rng.integers(len(templates)))]
+    return t.format(s=SUBJECTS[int(self.rng.integers(len(SUBJECTS)))])
+
+  def video(self, answers: Sequence[str]) -> np.ndarray:
+    """float16 [T_video, feature_dim] frames showing `answers` (one segment each) plus distractor/background."""
+    cfg, rng = self.cfg, self.rng
+    parts = [cfg.concept_scale * self.direction[a] + self.type_dir[self.qtype[a]] for a in answers]
+    extras = []
+    if rng.random() < cfg.distractor_prob:
+      others = [w for w in self.seen if w not in answers]
+      d = others[int(rng.integers(len(others)))]
+      extras.append(cfg.distractor_scale * cfg.concept_scale * self.direction[d])
+    if rng.random() < cfg.background_prob:
+      extras.append(np.zeros(cfg.feature_dim, np.float32))
+    t_video = int(rng.integers(cfg.min_video_frames, cfg.max_video_frames + 1))
+    lengths, num_extra = _segments(rng, t_video, len(parts), len(extras), cfg.num_frames)
+    parts = parts + extras[:num_extra]
+    order = rng.permutation(len(parts))
+    frames = np.concatenate([np.repeat(parts[k][None], lengths[k], axis=0) for k in order])
+    noise = rng.standard_normal(frames.shape).astype(np.float32) * (cfg.noise_norm / np.sqrt(cfg.feature_dim))
+    return (self.mean + frames + noise).astype(np.float16)
+
+  def subtitle(self, answers: Sequence[str]) -> str | None:
+    cfg, rng = self.cfg, self.rng
+    if not cfg.subtitles or rng.random() >= cfg.subtitle_prob:
+      return None
+    text = FILLERS[int(rng.integers(len(FILLERS)))]
+    if rng.random() < cfg.hint_prob:
+      a = answers[int(rng.integers(len(answers)))]
+      if self.neighbours[a]:
+        w = self.neighbours[a][int(rng.integers(len(self.neighbours[a])))]
+        text += " " + HINTS[int(rng.integers(len(HINTS)))].format(w=w)
+    return text
+
+
+def generate_raw(raw_dir: str, cfg: WorldConfig) -> dict:
+  """Writes the world's release-format files into raw_dir; returns the world description (also world.json)."""
+  for name in ("num_train", "num_test"):
+    if getattr(cfg, name) < 1:
+      raise ValueError(f"WorldConfig.{name} must be >= 1, got {getattr(cfg, name)}")
+  if cfg.num_val < 0:
+    raise ValueError(f"WorldConfig.num_val must be >= 0, got {cfg.num_val}")
+  if not 1 <= cfg.min_video_frames <= cfg.max_video_frames:
+    raise ValueError(f"need 1 <= min_video_frames ({cfg.min_video_frames}) <= max_video_frames "
+                     f"({cfg.max_video_frames})")
+  world = _World(cfg)
+  features, subtitles = {}, {}
+  next_video, next_id = 0, 0
+  os.makedirs(raw_dir, exist_ok=True)
+  for split, n, unseen in (("train", cfg.num_train, 0.0), ("val", cfg.num_val, cfg.unseen_fraction),
+                           ("test", cfg.num_test, cfg.unseen_fraction)):
+    if n == 0:  # only val may be empty: the release then has no val.csv
+      if os.path.exists(os.path.join(raw_dir, f"{split}.csv")):
+        os.remove(os.path.join(raw_dir, f"{split}.csv"))
+      continue
+    answers = world.sample_answers(n, unseen)
+    rows = []
+    for members in world.group_into_videos(answers):
+      video_id = f"video{next_video}"
+      next_video += 1
+      video_answers = [answers[i] for i in members]
+      features[video_id] = world.video(video_answers)
+      sub = world.subtitle(video_answers)
+      if sub is not None:
+        subtitles[video_id] = sub
+      for a in video_answers:
+        rows.append({"question": world.question(a), "answer": a, "video_id": video_id,
+                     "type": world.qtype[a], "id": next_id})
+        next_id += 1
+    with evqa_io.atomic_path(os.path.join(raw_dir, f"{split}.csv")) as tmp:
+      pd.DataFrame(rows, columns=["question", "answer", "video_id", "type", "id"]).to_csv(tmp, index=False)
+  features_lib.save_feature_dict(os.path.join(raw_dir, "features.npz"), features)
+  subtitles_path = os.path.join(raw_dir, "subtitles.json")
+  if cfg.subtitles:
+    evqa_io.write_json(subtitles_path, subtitles, indent=0)
+  elif os.path.exists(subtitles_path):  # left by an earlier run with subtitles
+    os.remove(subtitles_path)
+  info = {
+      "config": dataclasses.asdict(cfg),
+      "question_types": list(QUESTION_TYPES),
+      "concepts": [{"word": w, "group": world.group[w], "type": world.qtype[w],
+                    "rank": i, "heldout": w in set(world.heldout)} for i, w in enumerate(world.concepts)],
+      "num_videos": next_video,
+  }
+  evqa_io.write_json(os.path.join(raw_dir, "world.json"), info, indent=1)
+  return info
+
+
+def build(out_dir: str, cfg: WorldConfig, verbose: bool = True) -> dict:
+  """Generates DIR/raw and converts it into DIR/records; returns {"raw_dir", "records_dir", "table1"}."""
+  raw_dir = os.path.join(out_dir, "raw")
+  records_dir = os.path.join(out_dir, "records")
+  generate_raw(raw_dir, cfg)
+  ovqa.convert(raw_dir, os.path.join(raw_dir, "features.npz"), records_dir,
+               subtitles=os.path.join(raw_dir, "subtitles.json") if cfg.subtitles else None,
+               num_frames=cfg.num_frames, feature_dim=cfg.feature_dim, cvqa_topk=cfg.cvqa_topk, verbose=verbose)
+  table = answer_stats.table1_from_dir(records_dir)
+  if verbose:
+    print(answer_stats.format_table1(table))
+  return {"raw_dir": raw_dir, "records_dir": records_dir, "table1": table}
+
+
+PRESETS = {"default": {}, "small": SMALL}
+
+
+def ensure_world(world_dir: str, preset: str = "default", graphs: bool = True, verbose: bool = True) -> str:
+  """Builds the world of `preset` ("default" or "small") in world_dir unless world_dir/records already holds one;
+  with `graphs`, also the answer graphs the verbalizer needs (data_prep.answer_graphs, its default k and hops).
+  Returns world_dir/records. Safe when several processes call it at once (a file lock serialises them)."""
+  import fcntl  # pylint: disable=g-import-not-at-top
+
+  if preset not in PRESETS:
+    raise ValueError(f"unknown synthetic OVQA preset {preset!r} (choose from {sorted(PRESETS)})")
+  records_dir = os.path.join(world_dir, "records")
+  os.makedirs(world_dir, exist_ok=True)
+  with open(os.path.join(world_dir, ".build.lock"), "a") as lock:
+    fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+    try:
+      if not os.path.exists(os.path.join(records_dir, ovqa.VOCAB_FILE)):
+        if verbose:
+          print(f"building the synthetic OVQA world ({preset}) in {world_dir}")
+        build(world_dir, WorldConfig(**PRESETS[preset]), verbose=verbose)
+      if graphs and not all(os.path.exists(os.path.join(records_dir, f"graph_{s}.npz")) for s in ("train", "test")):
+        from data_prep import answer_graphs  # pylint: disable=g-import-not-at-top
+        answer_graphs.main(["--data", records_dir])
+    finally:
+      fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+  return records_dir
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  parser = argparse.ArgumentParser(prog="python -m data_prep.synthetic_ovqa", description=__doc__.split("\n")[0])
+  parser.add_argument("--out", required=True, help="output directory (gets raw/ and records/)")
+  parser.add_argument("--small", action="store_true", help=f"tiny preset for tests: {SMALL}")
+  parser.add_argument("--no-subtitles", action="store_true")
+  parser.add_argument("--graphs", action="store_true",
+                      help="also build the answer graphs (python -m data_prep.answer_graphs --data DIR/records)")
+  defaults = WorldConfig()
+  for field in dataclasses.fields(WorldConfig):
+    if field.name == "subtitles":
+      continue
+    parser.add_argument("--" + field.name.replace("_", "-"), type=type(getattr(defaults, field.name)), default=None,
+                        help=f"default {getattr(defaults, field.name)} ({SMALL.get(field.name, '-')} with --small)")
+  args = parser.parse_args(argv)
+  values = dict(SMALL) if args.small else {}
+  for field in dataclasses.fields(WorldConfig):
+    given = getattr(args, field.name, None)
+    if field.name != "subtitles" and given is not None:
+      values[field.name] = given
+  values["subtitles"] = not args.no_subtitles
+  try:
+    result = build(args.out, WorldConfig(**values))
+  except (ValueError, ovqa.ConversionError) as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 1
+  if args.graphs:
+    from data_prep import answer_graphs  # pylint: disable=g-import-not-at-top
+    answer_graphs.main(["--data", result["records_dir"]])
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,291 @@
+"""CLIP ViT vision tower (Flax linen) with Hugging Face weight import by parameter name.
+
+Mirrors `transformers.CLIPVisionModel` exactly (parity tested in fp32): patch embedding (conv, no bias) + class token
++ learned position embeddings, `pre_layrnorm`, pre-LN transformer layers (layer_norm1 -> self_attn -> residual,
+layer_norm2 -> mlp(fc1, quick_gelu, fc2) -> residual), and `post_layernorm` on the class token for the pooled output.
+`last_hidden_state` is the encoder output *without* the post LayerNorm, as in Hugging Face.
+
+Parameter paths follow the Hugging Face module names, so importing is a renaming plus transposes/reshapes:
+  embeddings/{class_embedding, patch_embedding/kernel, position_embedding/embedding}, pre_layrnorm/{scale,bias},
+  encoder/layers_{i}/{layer_norm1, self_attn/{q_proj,k_proj,v_proj,out_proj}, layer_norm2, mlp/{fc1,fc2}},
+  post_layernorm.
+Checkpoints of `CLIPVisionModel` and of the full `CLIPModel` (keys under "vision_model.", text tower ignored) load.
+
+`ClipFrameEncoder` wraps the tower for videos: uint8 frames [batch, T, H, W, 3] -> patch features [batch, T, P, D]
+(the last hidden state without the class token), with CLIP's pixel normalisation.
+"""
+
+import dataclasses
+import functools
+import json
+import os
+from typing import Any, Dict, Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from evqa_jax.models import hf_utils
+
+CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
+CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+
+ACTIVATIONS = {
+    "quick_gelu": lambda x: x * jax.nn.sigmoid(1.702 * x),
+    "gelu": functools.partial(nn.gelu, approximate=False),
+    "gelu_new": functools.partial(nn.gelu, approximate=True),
+    "gelu_pytorch_tanh": functools.partial(nn.gelu, approximate=True),
+    "relu": nn.relu,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class CLIPVisionConfig:
+  """The Hugging Face `CLIPVisionConfig` fields used by the vision tower. `dtype` is the compute dtype."""
+  hidden_size: int = 768
+  intermediate_size: int = 3072
+  num_hidden_layers: int = 12
+  num_attention_heads: int = 12
+  num_channels: int = 3
+  image_size: int = 224
+  patch_size: int = 32
+  hidden_act: str = "quick_gelu"
+  layer_norm_eps: float = 1e-5
+  initializer_range: float = 0.02
+  dtype: Any = jnp.float32
+  param_dtype: Any = jnp.float32
+
+  def __post_init__(self):
+    object.__setattr__(self, "dtype", jnp.dtype(self.dtype))
+    object.__setattr__(self, "param_dtype", jnp.dtype(self.param_dtype))
+    if self.hidden_size % self.num_attention_heads:
+      raise ValueError(f"CLIPVisionConfig: hidden_size {self.hidden_size} is not a multiple of "
+                       f"num_attention_heads {self.num_attention_heads}")
+    if self.image_size % self.patch_size:
+      raise ValueError(f"CLIPVisionConfig: image_size {self.image_size} is not a multiple of "
+                       f"patch_size {self.patch_size}")
+    if self.hidden_act not in ACTIVATIONS:
+      raise ValueError(f"CLIPVisionConfig: hidden_act {self.hidden_act!r} not supported ({sorted(ACTIVATIONS)})")
+
+  @property
+  def head_dim(self) -> int:
+    return self.hidden_size // self.num_attention_heads
+
+  @property
+  def grid(self) -> int:
+    return self.image_size // self.patch_size
+
+  @property
+  def num_patches(self) -> int:
+    return self.grid * self.grid
+
+  @classmethod
+  def from_dict(cls, d: Dict[str, Any], **overrides) -> "CLIPVisionConfig":
+    """A vision config dict, or a full CLIP config dict (its `vision_config` is used); unknown keys are ignored."""
+    if "vision_config" in d and isinstance(d["vision_config"], dict):
+      d = d["vision_config"]
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(overrides) - names)
+    if unknown:
+      raise ValueError(f"CLIPVisionConfig: unknown override(s) {unknown}; fields are {sorted(names)}")
+    kwargs = {k: v for k, v in d.items() if k in names}
+    kwargs.update(overrides)
+    return cls(**kwargs)
+
+  @classmethod
+  def from_hf_dir(cls, path: str, **overrides) -> "CLIPVisionConfig":
+    file = path if path.endswith(".json") else os.path.join(os.path.expanduser(path), "config.json")
+    if not os.path.exists(file):
+      raise FileNotFoundError(f"{file}: Hugging Face config.json not found")
+    with open(file) as f:
+      try:
+        d = json.load(f)
+      except json.JSONDecodeError as e:
+        raise ValueError(f"{file}: invalid JSON: {e}") from e
+    try:
+      return cls.from_dict(d, **overrides)
+    except (TypeError, ValueError) as e:
+      raise ValueError(f"{file}: {e}") from e
+
+
+def _kernel(cfg, names):
+  return nn.with_logical_partitioning(nn.initializers.normal(cfg.initializer_range), names)
+
+
+def _zeros(names):
+  return nn.with_logical_partitioning(nn.initializers.zeros, names)
+
+
+def _layer_norm(cfg, name):
+  return nn.LayerNorm(epsilon=cfg.layer_norm_eps, dtype=cfg.dtype, param_dtype=cfg.param_dtype, name=name,
+                      scale_init=nn.with_logical_partitioning(nn.initializers.ones, ("embed",)),
+                      bias_init=_zeros(("embed",)))
+
+
+class CLIPVisionEmbeddings(nn.Module):
+  config: CLIPVisionConfig
+
+  @nn.compact
+  def __call__(self, pixels):
+    """pixels `[n, H, W, C]` (normalised) -> `[n, 1 + P, D]`."""
+    cfg = self.config
+    n = pixels.shape[0]
+    cls_tok = self.param("class_embedding", _kernel(cfg, ("embed",)), (cfg.hidden_size,), cfg.param_dtype)
+    patches = nn.Conv(cfg.hidden_size, (cfg.patch_size, cfg.patch_size), strides=(cfg.patch_size, cfg.patch_size),
+                      padding="VALID", use_bias=False, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
+                      kernel_init=_kernel(cfg, (None, None, None, "embed")), name="patch_embedding")(pixels)
+    patches = patches.reshape(n, -1, cfg.hidden_size)  # row-major over the grid, as torch flatten(2)
+    x = jnp.concatenate([jnp.broadcast_to(cls_tok.astype(cfg.dtype), (n, 1, cfg.hidden_size)), patches], axis=1)
+    pos = nn.Embed(cfg.num_patches + 1, cfg.hidden_size, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
+                   embedding_init=_kernel(cfg, (None, "embed")), name="position_embedding")
+    return x + pos.embedding.astype(cfg.dtype)[None]
+
+
+class CLIPAttention(nn.Module):
+  config: CLIPVisionConfig
+
+  @nn.compact
+  def __call__(self, x):
+    cfg = self.config
+    proj = functools.partial(nn.DenseGeneral, features=(cfg.num_attention_heads, cfg.head_dim), axis=-1,
+                             dtype=cfg.dtype, param_dtype=cfg.param_dtype,
+                             kernel_init=_kernel(cfg, ("embed", "heads", "kv")), bias_init=_zeros(("heads", "kv")))
+    q = proj(name="q_proj")(x) * jnp.asarray(cfg.head_dim ** -0.5, cfg.dtype)
+    k = proj(name="k_proj")(x)
+    v = proj(name="v_proj")(x)
+    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32)
+    probs = jax.nn.softmax(scores, axis=-1).astype(cfg.dtype)
+    ctx = jnp.einsum("bhqk,bkhd->bqhd", probs, v)
+    return nn.DenseGeneral(cfg.hidden_size, axis=(-2, -1), dtype=cfg.dtype, param_dtype=cfg.param_dtype,
+                           kernel_init=_kernel(cfg, ("heads", "kv", "embed")), bias_init=_zeros(("embed",)),
+                           name="out_proj")(ctx)
+
+
+class CLIPMLP(nn.Module):
+  config: CLIPVisionConfig
+
+  @nn.compact
+  def __call__(self, x):
+    cfg = self.config
+    h = nn.Dense(cfg.intermediate_size, dtype=cfg.dtype, param_dtype=cfg.param_dtype, name="fc1",
+                 kernel_init=_kernel(cfg, ("embed", "mlp")), bias_init=_zeros(("mlp",)))(x)
+    h = ACTIVATIONS[cfg.hidden_act](h)
+    return nn.Dense(cfg.hidden_size, dtype=cfg.dtype, param_dtype=cfg.param_dtype, name="fc2",
+                    kernel_init=_kernel(cfg, ("mlp", "embed")), bias_init=_zeros(("embed",)))(h)
+
+
+class CLIPEncoderLayer(nn.Module):
+  config: CLIPVisionConfig
+
+  @nn.compact
+  def __call__(self, x):
+    x = x + CLIPAttention(self.config, name="self_attn")(_layer_norm(self.config, "layer_norm1")(x))
+    x = x + CLIPMLP(self.config, name="mlp")(_layer_norm(self.config, "layer_norm2")(x))
+    return nn.with_logical_constraint(x, ("batch", "length", "embed"))
+
+
+class CLIPVisionModel(nn.Module):
+  """pixels `[n, H, W, C]` (already CLIP-normalised, channels last) ->
+  {"last_hidden_state": [n, 1 + P, D], "pooler_output": [n, D]}."""
+  config: CLIPVisionConfig
+
+  @nn.compact
+  def __call__(self, pixels):
+    cfg = self.config
+    if pixels.ndim != 4 or pixels.shape[1:] != (cfg.image_size, cfg.image_size, cfg.num_channels):
+      raise ValueError(f"CLIPVisionModel: pixels must be [n, {cfg.image_size}, {cfg.image_size}, "
+                       f"{cfg.num_channels}], got {pixels.shape}")
+    x = CLIPVisionEmbeddings(cfg, name="embeddings")(pixels.astype(cfg.dtype))
+    x = _layer_norm(cfg, "pre_layrnorm")(x)
+    for i in range(cfg.num_hidden_layers):
+      x = CLIPEncoderLayer(cfg, name=f"encoder_layers_{i}")(x)
+    pooled = _layer_norm(cfg, "post_layernorm")(x[:, 0])
+    return {"last_hidden_state": x, "pooler_output": pooled}
+
+
+class ClipFrameEncoder(nn.Module):
+  """Video frames -> CLIP patch features.
+
+  frames `[batch, T, S, S, 3]` uint8 RGB (S = config.image_size) -> `[batch, T, P, D]` (class token dropped).
+  """
+  config: CLIPVisionConfig
+
+  @property
+  def grid(self):
+    return self.config.grid, self.config.grid
+
+  @nn.compact
+  def __call__(self, frames):
+    cfg = self.config
+    b, t = frames.shape[:2]
+    x = frames.reshape((b * t,) + frames.shape[2:]).astype(jnp.float32) / 255.0
+    x = (x - jnp.asarray(CLIP_MEAN)) / jnp.asarray(CLIP_STD)
+    out = CLIPVisionModel(cfg, name="clip")(x.astype(cfg.dtype))
+    feats = out["last_hidden_state"][:, 1:]
+    feats = feats.reshape(b, t, cfg.num_patches, cfg.hidden_size)
+    return nn.with_logical_constraint(feats, ("batch", "frames", "length", "embed"))
+
+
+# ------------------------------------------------------------------------------------------ weight import
+
+
+def init_params_boxed(config: CLIPVisionConfig, rng) -> Dict[str, Any]:
+  """Boxed params of `CLIPVisionModel(config)` (dummy batch of one image)."""
+  dummy = jnp.zeros((1, config.image_size, config.image_size, config.num_channels), jnp.float32)
+  return CLIPVisionModel(config).init(rng, dummy)["params"]
+
+
+def hf_rules(config: CLIPVisionConfig) -> Dict[str, hf_utils.Rule]:
+  """Our flat param path -> its Hugging Face `CLIPVisionModel` state-dict key (after stripping "vision_model.")."""
+  d, nh, hd = config.hidden_size, config.num_attention_heads, config.head_dim
+  rule, lin = hf_utils.Rule, hf_utils.linear_kernel
+  rules = {
+      "embeddings/class_embedding": rule(("embeddings.class_embedding",)),
+      # torch Conv2d [out, in, kh, kw] -> flax [kh, kw, in, out]
+      "embeddings/patch_embedding/kernel": rule(("embeddings.patch_embedding.weight",),
+                                                lambda w: np.ascontiguousarray(w.transpose(2, 3, 1, 0))),
+      "embeddings/position_embedding/embedding": rule(("embeddings.position_embedding.weight",)),
+  }
+  for ours, hf in (("pre_layrnorm", "pre_layrnorm"), ("post_layernorm", "post_layernorm")):
+    rules[f"{ours}/scale"] = rule((f"{hf}.weight",))
+    rules[f"{ours}/bias"] = rule((f"{hf}.bias",))
+  for i in range(config.num_hidden_layers):
+    ours, hf = f"encoder_layers_{i}", f"encoder.layers.{i}"
+    for name in ("q_proj", "k_proj", "v_proj"):
+      rules[f"{ours}/self_attn/{name}/kernel"] = rule((f"{hf}.self_attn.{name}.weight",),
+                                                      lambda w: lin(w).reshape(d, nh, hd))
+      rules[f"{ours}/self_attn/{name}/bias"] = rule((f"{hf}.self_attn.{name}.bias",), lambda b: b.reshape(nh, hd))
+    rules[f"{ours}/self_attn/out_proj/kernel"] = rule((f"{hf}.self_attn.out_proj.weight",),
+                                                      lambda w: lin(w).reshape(nh, hd, d))
+    rules[f"{ours}/self_attn/out_proj/bias"] = rule((f"{hf}.self_attn.out_proj.bias",))
+    for name in ("fc1", "fc2"):
+      rules[f"{ours}/mlp/{name}/kernel"] = rule((f"{hf}.mlp.{name}.weight",), lin)
+      rules[f"{ours}/mlp/{name}/bias"] = rule((f"{hf}.mlp.{name}.bias",))
+    for name in ("layer_norm1", "layer_norm2"):
+      rules[f"{ours}/{name}/scale"] = rule((f"{hf}.{name}.weight",))
+      rules[f"{ours}/{name}/bias"] = rule((f"{hf}.{name}.bias",))
+  return rules
+
+
+# Keys of a full CLIPModel checkpoint that the vision tower does not use (not reported as unused).
+_IGNORE = (r"^text_model\.", r"^text_projection\.", r"^visual_projection\.", r"^logit_scale$", r"position_ids$")
+
+
+def load_hf_params(config: CLIPVisionConfig, path: str, init_params=None):
+  """Imports a Hugging Face CLIP checkpoint (directory or file) into `CLIPVisionModel` params.
+
+  Returns (params, report) with plain (unboxed) params. Without `init_params` every parameter must come from the
+  checkpoint (ValueError listing the missing ones); with it, absent parameters are filled from it and listed in
+  `report.missing`. Shapes are checked (ValueError naming the parameter and the checkpoint key).
+  """
+  file = hf_utils.resolve_checkpoint_file(path)
+  ckpt = hf_utils.strip_prefix(hf_utils.read_checkpoint(file), "vision_model.")
+  if init_params is None:
+    expected = hf_utils.flatten_params(jax.eval_shape(
+        lambda: nn.meta.unbox(init_params_boxed(config, jax.random.PRNGKey(0)))))
+    init = None
+  else:
+    expected = init = hf_utils.flatten_params(hf_utils.params_of(init_params))
+  flat, report = hf_utils.assemble(expected, ckpt, hf_rules(config), source=file, init=init, ignore=_IGNORE)
+  return hf_utils.unflatten_params(flat), report

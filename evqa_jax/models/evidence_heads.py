@@ -1,0 +1,218 @@
+"""E-VQA evidence heads: per-frame temporal evidence, question-conditioned segmentation, evidence-aware answers.
+
+All three read the cross-modal encoder's output (`q`: the pooled question tokens `[batch, H]`; `h_vis`: the hidden
+states at the visual-prefix positions `[batch, T, H]`, which have attended to the question and the options) together
+with the frame encoder's patch features `[batch, T, P, D]`.
+
+- `TemporalHead` -> per-frame evidence logits `[batch, T]`: an additive MLP over (h_vis_t, q, pooled frame feature),
+  a temporal convolution over frames (evidence comes in runs, so neighbouring frames should agree), plus a
+  bilinear question x frame term that lets "the red object" find red frames before the LM has adapted.
+- `SegmentationHead` -> per-frame mask logits on the patch grid `[batch, T, gh, gw]` and upsampled (bilinear,
+  `jax.image.resize`) to the pixel size `[batch, T, H, W]`. K evidence-query tokens per frame (learned embeddings +
+  a projection of q + a projection of h_vis_t) cross-attend to that frame's patch features (one decoder layer:
+  attention + MLP, pre-LN), then each query's mask is the scaled dot product with the projected patch features; the
+  K masks are merged by a max over queries, because the ground truth merges all evidence objects into one mask.
+- `AnswerHead` -> option logits `[batch, C]` from each option's pooled hidden state, conditioned on an evidence
+  readout vector (see `evidence_readout`).
+
+Every parameter carries logical axis names (embed / mlp / heads / kv) and activations are constrained to
+(batch, frames, length, embed), so the heads shard over a (data, model) mesh by config rules alone.
+"""
+
+from typing import Any, Tuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+
+def _dense(features, names, name, dtype, init_std=None):
+  init = nn.initializers.lecun_normal() if init_std is None else nn.initializers.normal(init_std)
+  return nn.Dense(features, dtype=dtype, name=name, kernel_init=nn.with_logical_partitioning(init, names),
+                  bias_init=nn.with_logical_partitioning(nn.initializers.zeros, names[-1:]))
+
+
+def _layer_norm(name, dtype, axis_name="embed"):
+  return nn.LayerNorm(dtype=dtype, name=name,
+                      scale_init=nn.with_logical_partitioning(nn.initializers.ones, (axis_name,)),
+                      bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (axis_name,)))
+
+
+class TemporalHead(nn.Module):
+  """(h_vis `[b, T, H]`, q `[b, H]`, frame features g `[b, T, G]`) -> evidence logits `[b, T]`."""
+  dim: int = 128
+  kernel_size: int = 5
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, h_vis, q, g):
+    d = self.dim
+    h = (_dense(d, ("embed", "mlp"), "vis", self.dtype)(_layer_norm("vis_LayerNorm", self.dtype)(h_vis))
+         + _dense(d, ("embed", "mlp"), "question", self.dtype)(_layer_norm("q_LayerNorm", self.dtype)(q))[:, None]
+         + _dense(d, ("embed", "mlp"), "frame", self.dtype)(_layer_norm("g_LayerNorm", self.dtype)(g)))
+    h = nn.with_logical_constraint(nn.gelu(h), ("batch", "frames", "mlp"))
+    # Temporal context: evidence windows are contiguous runs of frames.
+    h = h + nn.gelu(nn.Conv(d, (self.kernel_size,), padding="SAME", dtype=self.dtype, name="temporal_conv",
+                            kernel_init=nn.with_logical_partitioning(nn.initializers.lecun_normal(),
+                                                                     (None, None, "mlp")),
+                            bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("mlp",)))(h))
+    logits = _dense(1, ("mlp", None), "out", self.dtype)(h)[..., 0]
+    qb = _dense(d, ("embed", "mlp"), "bilinear_q", self.dtype)(q)
+    gb = _dense(d, ("embed", "mlp"), "bilinear_g", self.dtype)(g)
+    logits = logits + jnp.einsum("bd,btd->bt", qb, gb) / jnp.sqrt(jnp.asarray(d, self.dtype))
+    return logits.astype(jnp.float32)
+
+
+class CrossAttention(nn.Module):
+  """Queries `[b, T, K, d]` attend to keys/values `[b, T, P, d]` of the same frame -> `[b, T, K, d]`."""
+  dim: int
+  num_heads: int
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, queries, context):
+    if self.dim % self.num_heads:
+      raise ValueError(f"CrossAttention: dim {self.dim} is not a multiple of num_heads {self.num_heads}")
+    hd = self.dim // self.num_heads
+
+    def proj(name):
+      return nn.DenseGeneral((self.num_heads, hd), dtype=self.dtype, name=name,
+                             kernel_init=nn.with_logical_partitioning(nn.initializers.lecun_normal(),
+                                                                      ("embed", "heads", "kv")),
+                             bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("heads", "kv")))
+
+    q = proj("query")(queries) / jnp.sqrt(jnp.asarray(hd, self.dtype))
+    k = proj("key")(context)
+    v = proj("value")(context)
+    q = nn.with_logical_constraint(q, ("batch", "frames", None, "heads", "kv"))
+    k = nn.with_logical_constraint(k, ("batch", "frames", "length", "heads", "kv"))
+    scores = jnp.einsum("btqhd,btphd->bthqp", q, k).astype(jnp.float32)
+    probs = jax.nn.softmax(scores, axis=-1).astype(self.dtype)
+    ctx = jnp.einsum("bthqp,btphd->btqhd", probs, v)
+    return nn.DenseGeneral(self.dim, axis=(-2, -1), dtype=self.dtype, name="out",
+                           kernel_init=nn.with_logical_partitioning(nn.initializers.lecun_normal(),
+                                                                    ("heads", "kv", "embed")),
+                           bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)))(ctx)
+
+
+class SegmentationHead(nn.Module):
+  """Evidence masks; see the module docstring.
+
+  __call__(patch_features [b, T, P, D], q [b, H], h_vis [b, T, H]) ->
+    (grid_logits [b, T, gh, gw], pixel_logits [b, T, out_size[0], out_size[1]])
+
+  Attributes:
+    grid: (gh, gw) patch grid of the frame encoder (P = gh * gw).
+    out_size: (H, W) pixel size the logits are upsampled to (the frames' resolution).
+    dim, num_heads, mlp_dim: decoder width, attention heads, MLP width.
+    num_queries: evidence-query tokens per frame (their masks are merged by a max).
+  """
+  grid: Tuple[int, int]
+  out_size: Tuple[int, int]
+  dim: int = 64
+  num_heads: int = 4
+  mlp_dim: int = 128
+  num_queries: int = 2
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, patch_features, q, h_vis):
+    b, t, p, _ = patch_features.shape
+    gh, gw = self.grid
+    if p != gh * gw:
+      raise ValueError(f"SegmentationHead: {p} patches per frame but grid {gh}x{gw}")
+    d, k = self.dim, self.num_queries
+    feats = _dense(d, ("embed", "mlp"), "patch_proj", self.dtype)(
+        _layer_norm("patch_LayerNorm", self.dtype)(patch_features))
+    feats = nn.with_logical_constraint(feats, ("batch", "frames", "length", "embed"))
+
+    query_embed = self.param("query_embed", nn.with_logical_partitioning(nn.initializers.normal(0.02), (None, "embed")),
+                             (k, d))
+    from_q = _dense(k * d, ("embed", "mlp"), "query_from_question", self.dtype)(
+        _layer_norm("q_LayerNorm", self.dtype)(q)).reshape(b, 1, k, d)
+    from_v = _dense(d, ("embed", "mlp"), "query_from_frame", self.dtype)(
+        _layer_norm("vis_LayerNorm", self.dtype)(h_vis))[:, :, None]
+    queries = query_embed.astype(self.dtype)[None, None] + from_q + from_v
+    queries = nn.with_logical_constraint(queries, ("batch", "frames", None, "embed"))
+
+    ctx = _layer_norm("ctx_LayerNorm", self.dtype)(feats)
+    queries = queries + CrossAttention(d, self.num_heads, dtype=self.dtype, name="cross_attention")(
+        _layer_norm("attn_LayerNorm", self.dtype)(queries), ctx)
+    h = _dense(self.mlp_dim, ("embed", "mlp"), "mlp_in", self.dtype)(_layer_norm("mlp_LayerNorm", self.dtype)(queries))
+    queries = queries + _dense(d, ("mlp", "embed"), "mlp_out", self.dtype)(nn.gelu(h))
+    queries = nn.with_logical_constraint(queries, ("batch", "frames", None, "embed"))
+
+    mask_embed = _dense(d, ("embed", "mlp"), "mask_embed", self.dtype)(_layer_norm("out_LayerNorm", self.dtype)(queries))
+    pixel_embed = _dense(d, ("embed", "mlp"), "pixel_embed", self.dtype)(feats)
+    logits = jnp.einsum("btkd,btpd->btkp", mask_embed, pixel_embed) / jnp.sqrt(jnp.asarray(d, self.dtype))
+    bias = self.param("mask_bias", nn.with_logical_partitioning(nn.initializers.constant(-2.0), ()), ())
+    logits = jnp.max(logits.astype(jnp.float32), axis=2) + bias
+    grid_logits = logits.reshape(b, t, gh, gw)
+    grid_logits = nn.with_logical_constraint(grid_logits, ("batch", "frames", None, None))
+    pixel_logits = upsample_logits(grid_logits, self.out_size)
+    return grid_logits, nn.with_logical_constraint(pixel_logits, ("batch", "frames", None, None))
+
+
+def upsample_logits(grid_logits, out_size):
+  """`[..., gh, gw]` -> `[..., H, W]` bilinear (half-pixel centres, as jax.image.resize "bilinear")."""
+  shape = tuple(grid_logits.shape[:-2]) + tuple(out_size)
+  return jax.image.resize(grid_logits, shape, method="bilinear")
+
+
+def evidence_readout(patch_features, grid_logits, frame_logits, frame_mask, grid):
+  """What the predicted evidence looks like and how it moves, for the answer head.
+
+  Weights are the predicted evidence itself (sigmoid of the temporal and mask logits, gradients stopped: the
+  evidence heads are trained by their own losses, the answer loss only shapes the features read out).
+  Args:
+    patch_features `[b, T, P, D]`, grid_logits `[b, T, gh, gw]`, frame_logits `[b, T]`, frame_mask `[b, T]`.
+  Returns:
+    `[b, D + 5]`: mask-weighted mean patch feature over evidence frames, the mask centroid's velocity (grid cells
+    per frame, x and y, from a weighted least-squares line over frames), the mean centroid (x, y) and the mean mask
+    area (fraction of the frame).
+  """
+  b, t, p, dim = patch_features.shape
+  gh, gw = grid
+  w_t = jax.lax.stop_gradient(jax.nn.sigmoid(frame_logits)) * (frame_mask > 0)
+  m = jax.lax.stop_gradient(jax.nn.sigmoid(grid_logits)).reshape(b, t, p)
+  weights = w_t[..., None] * m
+  feat = jnp.einsum("btp,btpd->bd", weights, patch_features) / (jnp.sum(weights, axis=(1, 2))[:, None] + 1e-4)
+
+  ys, xs = jnp.meshgrid(jnp.arange(gh, dtype=jnp.float32), jnp.arange(gw, dtype=jnp.float32), indexing="ij")
+  pos = jnp.stack([xs.reshape(-1), ys.reshape(-1)], axis=-1) / jnp.asarray([gw, gh], jnp.float32)  # [P, 2] in [0,1)
+  mass = jnp.sum(m, axis=-1)  # [b, T]
+  centroid = jnp.einsum("btp,pc->btc", m, pos) / (mass[..., None] + 1e-4)
+  # Frames count by evidence weight times whether there is a mask at all.
+  fw = w_t * jnp.clip(mass, 0.0, 1.0)
+  fw_sum = jnp.sum(fw, axis=1, keepdims=True) + 1e-4
+  tau = jnp.arange(t, dtype=jnp.float32)[None]
+  tau_mean = jnp.sum(fw * tau, axis=1, keepdims=True) / fw_sum
+  c_mean = jnp.einsum("bt,btc->bc", fw, centroid) / fw_sum
+  dt = (tau - tau_mean) * fw
+  var = jnp.sum(dt * (tau - tau_mean), axis=1) + 1e-2
+  velocity = jnp.einsum("bt,btc->bc", dt, centroid - c_mean[:, None]) / var[:, None]
+  area = jnp.sum(fw * mass, axis=1) / fw_sum[:, 0] / p
+  # Velocity in grid fractions per frame is ~0.03; scale it to O(1).
+  return jnp.concatenate([feat, 30.0 * velocity, c_mean, area[:, None]], axis=-1)
+
+
+class AnswerHead(nn.Module):
+  """(option hidden `[b, C, H]`, evidence readout `[b, E]`, option_valid `[b, C]`) -> logits `[b, C]`.
+
+  logit_c = w . gelu(A h_c + B e) + <U h_c, V e> / sqrt(d); padded options get a large negative logit.
+  """
+  dim: int = 128
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, option_hidden, evidence, option_valid):
+    d = self.dim
+    h = _layer_norm("option_LayerNorm", self.dtype)(option_hidden)
+    e = _layer_norm("evidence_LayerNorm", self.dtype, axis_name=None)(evidence)
+    x = (_dense(d, ("embed", "mlp"), "option", self.dtype)(h)
+         + _dense(d, (None, "mlp"), "evidence", self.dtype)(e)[:, None])
+    logits = _dense(1, ("mlp", None), "out", self.dtype)(nn.gelu(x))[..., 0]
+    hb = _dense(d, ("embed", "mlp"), "bilinear_option", self.dtype)(h)
+    eb = _dense(d, (None, "mlp"), "bilinear_evidence", self.dtype)(e)
+    logits = logits + jnp.einsum("bcd,bd->bc", hb, eb) / jnp.sqrt(jnp.asarray(d, self.dtype))
+    return jnp.where(option_valid > 0, logits.astype(jnp.float32), -1e9)

@@ -1,0 +1,120 @@
+"""E-VQA model: answer + temporal evidence + spatial evidence from one forward pass.
+
+  frames [b, T, H, W, 3] --frame encoder--> patch features [b, T, P, D]
+      (FrameEncoder: small conv net trained from scratch; or ClipFrameEncoder: a CLIP ViT)
+  pooled per-frame features concat(mean, max) [b, T, 2D] = the visual prefix tokens of the cross-modal encoder
+  cross-modal encoder: BertLM (frozen MiniLM/BERT + adapters) over
+      [T visual tokens] [CLS] question [SEP] option_1 [SEP] ... option_C [SEP]
+      (question token type 0, options token type 1)
+  -> h_vis [b, T, H] (visual positions), q [b, H] (mean over the question tokens),
+     option_hidden [b, C, H] (mean over each option's tokens)
+  temporal head      -> frame_logits [b, T]
+  segmentation head  -> grid_logits [b, T, gh, gw] -> mask_logits [b, T, H, W] (bilinear upsampling)
+  answer head        -> answer_logits [b, C]
+
+Option scoring: one pass holds all C options; each option is scored from its own tokens' pooled hidden state (which
+has attended to the video tokens, the question and the other options), conditioned on an evidence readout vector:
+the mask-weighted patch feature of the predicted evidence and the predicted object's motion
+(`evidence_heads.evidence_readout`). One pass instead of C passes costs 1/C of the compute; the readout ties the
+answer to the evidence the model shows, which is the point of E-VQA.
+"""
+
+from typing import Any, Optional, Tuple
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from evqa_jax.models import encoders
+from evqa_jax.models import evidence_heads
+from evqa_jax.models import frame_encoder as frame_encoder_lib
+
+
+def masked_mean(hidden, mask):
+  """hidden `[b, L, H]`, mask `[..., L]` (leading dims `[b, ...]`) -> `[b, ..., H]`."""
+  mask = mask.astype(hidden.dtype)
+  if mask.ndim == 2:
+    return jnp.einsum("bl,blh->bh", mask, hidden) / jnp.maximum(jnp.sum(mask, -1, keepdims=True), 1.0)
+  return jnp.einsum("bcl,blh->bch", mask, hidden) / jnp.maximum(jnp.sum(mask, -1, keepdims=True), 1.0)
+
+
+class EVQAModel(nn.Module):
+  """See the module docstring.
+
+  Attributes:
+    encoder: cross-modal encoder name in `evqa_jax.models.encoders` ("bert").
+    encoder_config: its config (num_visual_tokens = T, visual_dim = 2 * frame feature dim).
+    frame_encoder: "conv" or "clip".
+    frame_config: kwargs of `FrameEncoder` (conv) or a `CLIPVisionConfig` (clip).
+    image_size: (H, W) of the frames; masks are produced at this size.
+    temporal_dim, seg_dim, seg_heads, seg_mlp_dim, num_queries, answer_dim: head sizes.
+    use_evidence_readout: condition the answer head on the evidence readout (else on zeros).
+  """
+  encoder: str
+  encoder_config: Any
+  frame_encoder: str = "conv"
+  frame_config: Any = None
+  image_size: Tuple[int, int] = (64, 64)
+  temporal_dim: int = 128
+  seg_dim: int = 64
+  seg_heads: int = 4
+  seg_mlp_dim: int = 128
+  num_queries: int = 2
+  answer_dim: int = 128
+  use_evidence_readout: bool = True
+  dtype: Any = jnp.float32
+
+  def setup(self):
+    if self.frame_encoder == "conv":
+      self.vision = frame_encoder_lib.FrameEncoder(**dict(self.frame_config or {}), image_size=tuple(self.image_size),
+                                                   dtype=self.dtype, name="frame_encoder")
+    elif self.frame_encoder == "clip":
+      from evqa_jax.models import clip_vision
+      if self.frame_config.image_size != self.image_size[0] or self.image_size[0] != self.image_size[1]:
+        raise ValueError(f"config.model.frame_encoder = 'clip' needs square frames of the CLIP image size "
+                         f"{self.frame_config.image_size}, got {tuple(self.image_size)} (convert the records with "
+                         f"--frame-size {self.frame_config.image_size} {self.frame_config.image_size})")
+      self.vision = clip_vision.ClipFrameEncoder(self.frame_config, name="frame_encoder")
+    else:
+      raise ValueError(f"config.model.frame_encoder = {self.frame_encoder!r}: expected 'conv' or 'clip'")
+    self.lm = encoders.ENCODERS[self.encoder](self.encoder_config, name="lm")
+    self.temporal_head = evidence_heads.TemporalHead(self.temporal_dim, dtype=self.dtype, name="temporal_head")
+    self.seg_head = evidence_heads.SegmentationHead(
+        grid=self.vision.grid, out_size=tuple(self.image_size), dim=self.seg_dim, num_heads=self.seg_heads,
+        mlp_dim=self.seg_mlp_dim, num_queries=self.num_queries, dtype=self.dtype, name="seg_head")
+    self.answer_head = evidence_heads.AnswerHead(self.answer_dim, dtype=self.dtype, name="answer_head")
+
+  def __call__(self, batch, deterministic: bool = True):
+    """batch: frames [b, T, H, W, 3] uint8, frame_mask [b, T], input_ids / attention_mask / token_type_ids /
+    question_mask [b, L], option_mask [b, C, L], option_valid [b, C].
+
+    Returns {"answer_logits": [b, C], "frame_logits": [b, T], "grid_logits": [b, T, gh, gw],
+             "mask_logits": [b, T, H, W]} (float32).
+    """
+    feats = self.vision(batch["frames"])
+    frame_mask = batch["frame_mask"]
+    pooled = frame_encoder_lib.pool_frames(feats, frame_mask)
+    t = pooled.shape[1]
+    out = self.lm(batch["input_ids"], batch["attention_mask"], token_type_ids=batch["token_type_ids"],
+                  visual=pooled, visual_mask=frame_mask, deterministic=deterministic)
+    hidden = out["hidden"]
+    h_vis = nn.with_logical_constraint(hidden[:, :t], ("batch", "frames", "embed"))
+    h_txt = hidden[:, t:]
+    q = masked_mean(h_txt, batch["question_mask"])
+    option_hidden = masked_mean(h_txt, batch["option_mask"])
+
+    frame_logits = self.temporal_head(h_vis, q, pooled)
+    grid_logits, mask_logits = self.seg_head(feats, q, h_vis)
+    if self.use_evidence_readout:
+      evidence = evidence_heads.evidence_readout(feats, grid_logits, frame_logits, frame_mask, self.vision.grid)
+    else:
+      evidence = jnp.zeros((feats.shape[0], feats.shape[-1] + 5), feats.dtype)
+    answer_logits = self.answer_head(option_hidden, evidence, batch["option_valid"])
+    return {"answer_logits": answer_logits, "frame_logits": frame_logits, "grid_logits": grid_logits,
+            "mask_logits": mask_logits}
+
+
+def frame_feature_dim(frame_encoder: str, frame_config: Optional[Any]) -> int:
+  """D of the patch features (the visual prefix tokens have 2D)."""
+  if frame_encoder == "conv":
+    return int(dict(frame_config or {}).get("dim", frame_encoder_lib.FrameEncoder.dim))
+  return int(frame_config.hidden_size)

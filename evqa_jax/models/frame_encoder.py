@@ -1,0 +1,106 @@
+"""Small convolutional frame encoder, trained from scratch (the E-VQA demo's vision tower).
+
+Each frame goes through a patchifying convolution (kernel = stride = `patch_size`), then `num_blocks` residual blocks
+(LayerNorm -> 3x3 conv -> GELU -> 3x3 conv) on the patch grid, plus a learned position embedding per grid cell.
+The position embedding matters downstream: convolutions are translation-equivariant, so without it the pooled
+per-frame feature could not tell *where* an object is, and motion questions ("which way does it move?") would be
+unanswerable.
+
+  FrameEncoder(...)(frames uint8/float [batch, frames, H, W, 3]) -> patch features [batch, frames, P, dim]
+  with P = (H / patch_size) * (W / patch_size), row-major over the grid.
+
+`pool_frames(features, frame_mask)` gives the per-frame visual prefix tokens of the cross-modal encoder:
+concat(mean over patches, max over patches) -> [batch, frames, 2 * dim].
+"""
+
+from typing import Any, Tuple
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+# Pixel normalisation for uint8 RGB input: (x / 255 - 0.5) / 0.25.
+_PIXEL_MEAN = 0.5
+_PIXEL_STD = 0.25
+
+
+def _conv_init(names):
+  return nn.with_logical_partitioning(nn.initializers.lecun_normal(), names)
+
+
+def _zeros(names):
+  return nn.with_logical_partitioning(nn.initializers.zeros, names)
+
+
+class ConvBlock(nn.Module):
+  """Pre-LN residual block on `[n, gh, gw, dim]`: x + conv3(gelu(conv3(LN(x))))."""
+  dim: int
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x):
+    h = nn.LayerNorm(dtype=self.dtype, name="LayerNorm",
+                     scale_init=nn.with_logical_partitioning(nn.initializers.ones, ("embed",)),
+                     bias_init=_zeros(("embed",)))(x)
+    h = nn.Conv(self.dim, (3, 3), padding="SAME", dtype=self.dtype, name="conv1",
+                kernel_init=_conv_init((None, None, "embed", "mlp")), bias_init=_zeros(("mlp",)))(h)
+    h = nn.gelu(h)
+    h = nn.Conv(self.dim, (3, 3), padding="SAME", dtype=self.dtype, name="conv2",
+                kernel_init=nn.with_logical_partitioning(nn.initializers.zeros, (None, None, "mlp", "embed")),
+                bias_init=_zeros(("embed",)))(h)
+    return x + h
+
+
+class FrameEncoder(nn.Module):
+  """Patch features of every frame; see the module docstring.
+
+  Attributes:
+    dim: feature width D.
+    patch_size: stride of the patchifying convolution; H and W must be multiples of it.
+    num_blocks: residual conv blocks on the patch grid.
+    image_size: (H, W) of the input frames (fixes the position-embedding table).
+  """
+  dim: int = 64
+  patch_size: int = 4
+  num_blocks: int = 2
+  image_size: Tuple[int, int] = (64, 64)
+  dtype: Any = jnp.float32
+
+  @property
+  def grid(self) -> Tuple[int, int]:
+    h, w = self.image_size
+    if h % self.patch_size or w % self.patch_size:
+      raise ValueError(f"FrameEncoder: image size {h}x{w} is not a multiple of patch_size {self.patch_size}")
+    return h // self.patch_size, w // self.patch_size
+
+  @nn.compact
+  def __call__(self, frames):
+    """frames `[batch, T, H, W, 3]` (uint8 0..255 or float already in 0..255) -> `[batch, T, P, dim]`."""
+    if frames.ndim != 5 or frames.shape[-1] != 3:
+      raise ValueError(f"FrameEncoder: frames must be [batch, frames, H, W, 3], got {frames.shape}")
+    b, t, h, w, _ = frames.shape
+    if (h, w) != tuple(self.image_size):
+      raise ValueError(f"FrameEncoder: frames are {h}x{w} but image_size is {tuple(self.image_size)}")
+    gh, gw = self.grid
+    x = frames.reshape(b * t, h, w, 3).astype(self.dtype)
+    x = (x / 255.0 - _PIXEL_MEAN) / _PIXEL_STD
+    x = nn.Conv(self.dim, (self.patch_size, self.patch_size), strides=(self.patch_size, self.patch_size),
+                padding="VALID", dtype=self.dtype, name="patch_embed",
+                kernel_init=_conv_init((None, None, None, "embed")), bias_init=_zeros(("embed",)))(x)
+    pos = self.param("pos_embedding", nn.with_logical_partitioning(nn.initializers.normal(0.02),
+                                                                   (None, None, "embed")), (gh, gw, self.dim))
+    x = x + pos[None].astype(self.dtype)
+    for i in range(self.num_blocks):
+      x = ConvBlock(self.dim, dtype=self.dtype, name=f"block_{i}")(x)
+    x = nn.LayerNorm(dtype=self.dtype, name="out_LayerNorm",
+                     scale_init=nn.with_logical_partitioning(nn.initializers.ones, ("embed",)),
+                     bias_init=_zeros(("embed",)))(x)
+    x = x.reshape(b, t, gh * gw, self.dim)
+    return nn.with_logical_constraint(x, ("batch", "frames", "length", "embed"))
+
+
+def pool_frames(features, frame_mask=None):
+  """`[batch, T, P, D]` patch features -> `[batch, T, 2D]` = concat(mean, max) over patches; padded frames -> 0."""
+  pooled = jnp.concatenate([jnp.mean(features, axis=2), jnp.max(features, axis=2)], axis=-1)
+  if frame_mask is not None:
+    pooled = pooled * (frame_mask[..., None] > 0).astype(pooled.dtype)
+  return pooled

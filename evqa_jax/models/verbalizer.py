@@ -1,0 +1,194 @@
+"""GNN-based soft verbalizer (OVQA paper section 3.4, Eq. 5-7) and the verbalizer variants of its Table 5.
+
+Input: a padded answer graph (`evqa_jax.graphs.padding.pad_graph`) whose nodes are the frozen answer-encoder embeddings
+`[nodes, D]`; answers are the first `num_answers_padded` nodes. Output: answer embeddings `[num_answers_padded, D]`
+  H_hat = eps * stop_gradient(V) + (1 - eps) * H[:|V|]                                               (Eq. 7)
+with eps per answer: `eps` everywhere (paper), or 1.0 on base answers when `eps_base_fixed` (authors' code).
+
+Variants (Table 5), chosen by name or letter; all take the same padded graph:
+  A "none":       H_hat = V (no verbalizer, eps ignored).
+  B "hard":       H = mean of the answer's in-neighbours incl. itself (its GloVe neighbours that are not other answers,
+                  whose edges the answer graph drops), one hop, nothing learned.
+  C "soft":       B followed by a residual MLP, x + W2 relu(W1 x), near-identity at init.
+  D "graph_mean": `num_layers` rounds of mean aggregation over in-edges (incl. self-loops), nothing learned.
+  E "gat":        `num_layers` bilinear GAT layers as the authors' code implements them:
+                  alpha_ij = softmax_{j in N(i)} LeakyReLU_0.2((W_dst h_i) . (W_src h_j)), h_i' = sum_j alpha_ij h_j,
+                  W_dst, W_src D x D identity-initialised; no value projection, bias or activation between layers.
+Eps mixing applies to B-E alike, so eps = 0 gives the variant's raw output.
+
+Cost: W_dst and W_src act per node, never per edge; with `use_product` the score is h_i^T (W_dst^T W_src) h_j, one
+D x D product and one per-node projection of the targets. The last layer computes targets for the answer nodes only.
+"""
+
+from typing import Any, Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import jraph
+
+_VARIANTS = {
+    "a": "none", "none": "none",
+    "b": "hard", "hard": "hard",
+    "c": "soft", "soft": "soft",
+    "d": "graph_mean", "graph_mean": "graph_mean",
+    "e": "gat", "gat": "gat",
+}
+
+
+def canonical_variant(name: str) -> str:
+  """Maps a Table 5 letter (A-E) or a variant name to its canonical name."""
+  key = str(name).lower()
+  if key not in _VARIANTS:
+    raise ValueError(f"unknown verbalizer variant {name!r}; choose one of A-E or {sorted(set(_VARIANTS.values()))}")
+  return _VARIANTS[key]
+
+
+def _route_receivers(receivers, num_targets: int, num_nodes: int):
+  """Edge receivers and segment count when only nodes [0, num_targets) are computed.
+
+  Edges into other nodes go to one extra dummy segment that is sliced away; unlike out-of-range ids (which jraph
+  drops), the dummy keeps every gathered value finite, so no NaN can reach a gradient.
+  """
+  if num_targets >= num_nodes:
+    return receivers, num_nodes
+  return jnp.where(receivers < num_targets, receivers, num_targets), num_targets + 1
+
+
+def mean_aggregate(h, senders, receivers, num_targets: int):
+  """Mean of in-neighbour features: `[nodes, D]` -> `[num_targets, D]`; nodes without in-edges get zeros."""
+  recv, num_seg = _route_receivers(receivers, num_targets, h.shape[0])
+  total = jraph.segment_sum(h[senders], recv, num_seg)
+  deg = jraph.segment_sum(jnp.ones(senders.shape, h.dtype), recv, num_seg)
+  return (total / jnp.maximum(deg, 1)[:, None])[:num_targets]
+
+
+def attention_aggregate(scores, h, senders, receivers, num_targets: int):
+  """sum_j softmax_j(scores) h_j over each target's in-edges; `scores` `[edges]` -> `[num_targets, D]`."""
+  recv, num_seg = _route_receivers(receivers, num_targets, h.shape[0])
+  alpha = jraph.segment_softmax(scores, recv, num_seg)
+  return jraph.segment_sum(alpha[:, None] * h[senders], recv, num_seg)[:num_targets]
+
+
+def _identity_init(key, shape, dtype=jnp.float32):
+  del key
+  if len(shape) != 2 or shape[0] != shape[1]:
+    raise ValueError(f"identity init needs a square matrix, got {shape}")
+  return jnp.eye(shape[0], dtype=dtype)
+
+
+class GATLayer(nn.Module):
+  """One bilinear GAT layer on `[nodes, D]` node states -> `[num_targets, D]` states of nodes [0, num_targets)."""
+  negative_slope: float = 0.2
+  use_product: bool = True
+  dtype: Any = jnp.float32
+  param_dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, h, senders, receivers, num_targets: int):
+    d = h.shape[-1]
+    # Stored as [in, out] kernels: row-vector q_i = h_i w_dst is (W_dst h_i)^T with W_dst = w_dst^T.
+    w_dst = self.param("w_dst", nn.with_logical_partitioning(_identity_init, ("embed", "mlp")), (d, d),
+                       self.param_dtype).astype(self.dtype)
+    w_src = self.param("w_src", nn.with_logical_partitioning(_identity_init, ("embed", "mlp")), (d, d),
+                       self.param_dtype).astype(self.dtype)
+    targets = h[:num_targets]
+    if self.use_product:
+      # (W_dst h_i).(W_src h_j) = (h_i w_dst w_src^T) . h_j: one D x D product, then only targets are projected.
+      q = targets @ (w_dst @ w_src.T)
+      k = h
+    else:
+      q = targets @ w_dst
+      k = h @ w_src
+    q = nn.with_logical_constraint(q, ("nodes", "embed"))
+    k = nn.with_logical_constraint(k, ("nodes", "embed"))
+    recv, num_seg = _route_receivers(receivers, num_targets, h.shape[0])
+    if num_seg > num_targets:
+      q = jnp.concatenate([q, jnp.zeros((1, d), q.dtype)], axis=0)
+    scores = jnp.sum(q[recv] * k[senders], axis=-1)
+    scores = jax.nn.leaky_relu(scores, self.negative_slope)
+    out = attention_aggregate(scores, h, senders, receivers, num_targets)
+    return nn.with_logical_constraint(out, ("nodes", "embed"))
+
+
+class ResidualMLP(nn.Module):
+  """x + W2 relu(W1 x) on `[answers, D]`; small init so it starts near the identity (variant C)."""
+  mlp_dim: Optional[int] = None
+  dtype: Any = jnp.float32
+  param_dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x):
+    d = x.shape[-1]
+    init = nn.initializers.normal(1e-3)
+    y = nn.Dense(self.mlp_dim or d, dtype=self.dtype, param_dtype=self.param_dtype, name="mlp_in",
+                 kernel_init=nn.with_logical_partitioning(init, ("embed", "mlp")),
+                 bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("mlp",)))(x)
+    y = nn.relu(y)
+    y = nn.Dense(d, dtype=self.dtype, param_dtype=self.param_dtype, name="mlp_out",
+                 kernel_init=nn.with_logical_partitioning(init, ("mlp", "embed")),
+                 bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)))(y)
+    return x + y
+
+
+class Verbalizer(nn.Module):
+  """Answer embeddings from a padded answer graph (module docstring).
+
+  Attributes:
+    variant: Table 5 variant, a letter A-E or none / hard / soft / graph_mean / gat.
+    num_layers: L for graph_mean and gat.
+    eps: the convex-combination weight of the input embeddings V in Eq. 7.
+    eps_base_fixed: authors' code: eps = 1 on base answers (`is_base`), `eps` on the rest.
+    use_product: score through W_dst^T W_src (cheaper when nodes > D); same function either way.
+    mlp_dim: hidden size of variant C's MLP (default D).
+  """
+  variant: str = "gat"
+  num_layers: int = 2
+  eps: float = 0.7
+  eps_base_fixed: bool = False
+  negative_slope: float = 0.2
+  use_product: bool = True
+  mlp_dim: Optional[int] = None
+  dtype: Any = jnp.float32
+  param_dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, graph: jraph.GraphsTuple, num_answers_padded: int, is_base=None):
+    """graph.nodes `[nodes, D]`, is_base `[num_answers_padded]` bool -> `[num_answers_padded, D]`."""
+    variant = canonical_variant(self.variant)
+    h0 = nn.with_logical_constraint(jnp.asarray(graph.nodes, self.dtype), ("nodes", "embed"))
+    num_nodes = h0.shape[0]
+    if not 0 < num_answers_padded <= num_nodes:
+      raise ValueError(f"num_answers_padded={num_answers_padded} must be in (0, {num_nodes}] (graph nodes)")
+    senders, receivers = graph.senders, graph.receivers
+    v = jax.lax.stop_gradient(h0[:num_answers_padded])
+    if variant == "none":
+      return v
+
+    if variant in ("hard", "soft"):
+      h = mean_aggregate(h0, senders, receivers, num_answers_padded)
+      if variant == "soft":
+        h = ResidualMLP(self.mlp_dim, self.dtype, self.param_dtype, name="mlp")(h)
+    else:
+      if self.num_layers < 1:
+        raise ValueError(f"num_layers must be >= 1 for variant {variant!r}, got {self.num_layers}")
+      h = h0
+      for layer in range(self.num_layers):
+        # Only the answers' final states are read, so the last layer computes just those targets.
+        targets = num_answers_padded if layer == self.num_layers - 1 else num_nodes
+        if variant == "gat":
+          h = GATLayer(self.negative_slope, self.use_product, self.dtype, self.param_dtype,
+                       name=f"gat_{layer}")(h, senders, receivers, targets)
+        else:
+          h = nn.with_logical_constraint(mean_aggregate(h, senders, receivers, targets), ("nodes", "embed"))
+
+    eps = jnp.full((num_answers_padded,), self.eps, self.dtype)
+    if self.eps_base_fixed:
+      if is_base is None:
+        raise ValueError("Verbalizer(eps_base_fixed=True) needs the per-answer `is_base` mask")
+      is_base = jnp.asarray(is_base, bool)
+      if is_base.shape != (num_answers_padded,):
+        raise ValueError(f"is_base has shape {is_base.shape}, expected ({num_answers_padded},)")
+      eps = jnp.where(is_base, jnp.ones_like(eps), eps)
+    eps = eps[:, None]
+    return eps * v + (1 - eps) * h

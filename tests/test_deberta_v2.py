@@ -1,0 +1,366 @@
+"""DeBERTa-v2 (evqa_jax.models.deberta_v2) against the transformers 5.24 PyTorch implementation and a PyTorch
+re-computation of FrozenBiLM's visual prefix, adapters and enhanced mask decoder, on tiny random configs."""
+
+import argparse
+import dataclasses
+import json
+import os
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from evqa_jax.models import deberta_v2 as D  # pylint: disable=g-import-not-at-top
+from evqa_jax.models import hf_utils  # pylint: disable=g-import-not-at-top
+
+T, VDIM, B, L = 3, 12, 2, 9  # visual tokens, visual dim, batch, text length
+
+# The paper architecture in miniature: log buckets (8 < sequence), share_att_key, conv after layer 0,
+# LayerNorm'ed relative embeddings, no absolute positions in the input.
+TINY = dict(vocab_size=61, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=48,
+            hidden_act="gelu", max_position_embeddings=40, type_vocab_size=0, layer_norm_eps=1e-7,
+            relative_attention=True, max_relative_positions=-1, position_buckets=8, pos_att_type=["p2c", "c2p"],
+            share_att_key=True, position_biased_input=False, norm_rel_ebd="layer_norm", conv_kernel_size=3,
+            conv_act="gelu", hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
+# Other branches: separate pos_key/pos_query projections, absolute positions and token types in the input,
+# no bucketing (clipped distances), tanh conv, no LayerNorm on the relative embeddings.
+VARIANT = dict(TINY, share_att_key=False, position_biased_input=True, type_vocab_size=2, position_buckets=-1, max_relative_positions=6, conv_act="tanh", norm_rel_ebd="none")
+
+
+def _perturb(module, seed):
+  """Non-trivial values everywhere (HF initialises LayerNorms to 1/0 and biases to 0)."""
+  g = torch.Generator().manual_seed(seed)
+  with torch.no_grad():
+    for p in module.parameters():
+      p.add_(0.1 * torch.randn(p.shape, generator=g))
+
+
+def _hf_mlm(cfg_dict, legacy, seed):
+  torch.manual_seed(seed)
+  model = transformers.DebertaV2ForMaskedLM(transformers.DebertaV2Config(legacy=legacy, **cfg_dict)).eval()
+  _perturb(model, seed)
+  return model
+
+
+class TorchAdapter(torch.nn.Module):
+  """FrozenBiLM's adapter: x + up(dropout(relu(down(x))))."""
+
+  def __init__(self, hidden, reduction=8):
+    super().__init__()
+    self.down = torch.nn.Linear(hidden, hidden // reduction)
+    self.up = torch.nn.Linear(hidden // reduction, hidden)
+
+  def forward(self, x):
+    return x + self.up(torch.relu(self.down(x)))
+
+
+def _inputs(cfg_dict, seed=0):
+  rng = np.random.default_rng(seed)
+  ids = rng.integers(1, cfg_dict["vocab_size"], size=(B, L)).astype(np.int64)
+  mask = np.ones((B, L), np.int64)
+  mask[1, L - 3:] = 0  # padding in the second example
+  ids[1, L - 3:] = 0
+  video = rng.normal(size=(B, T, VDIM)).astype(np.float32)
+  video_mask = np.ones((B, T), np.int64)
+  video_mask[0, T - 1] = 0
+  mask_pos = np.array([2, 4])  # [MASK] positions within the text
+  return dict(ids=ids, mask=mask, video=video, video_mask=video_mask, mask_pos=mask_pos)
+
+
+def _torch_reference(mlm, x, *, video=False, linear_video=None, adapters=None, pos_emb=None, emd=True):
+  """FrozenBiLM's forward recomputed with transformers modules: inputs_embeds = concat(video proj, words), adapters by
+  forward hooks on attention.output.dense / output.dense, EMD = last layer twice with absolute positions in the query."""
+  deberta = mlm.deberta
+  handles = []
+  if adapters is not None:
+    for layer, (a_attn, a_ffn) in zip(deberta.encoder.layer, adapters):
+      handles.append(layer.attention.output.dense.register_forward_hook(lambda m, i, o, a=a_attn: a(o)))
+      handles.append(layer.output.dense.register_forward_hook(lambda m, i, o, a=a_ffn: a(o)))
+  try:
+    with torch.no_grad():
+      ids, mask = torch.tensor(x["ids"]), torch.tensor(x["mask"])
+      emb = deberta.embeddings.word_embeddings(ids)
+      offset = 0
+      if video:
+        emb = torch.cat([linear_video(torch.tensor(x["video"])), emb], 1)
+        mask = torch.cat([torch.tensor(x["video_mask"]), mask], 1)
+        offset = T
+      out = deberta(inputs_embeds=emb, attention_mask=mask, output_hidden_states=True)
+      hidden = out.last_hidden_state
+      dec = hidden
+      if emd:
+        enc = deberta.encoder
+        prev = out.hidden_states[-2]
+        att = enc.get_attention_mask(mask)
+        rel = enc.get_rel_embedding()
+        q = prev + pos_emb[:prev.shape[1]][None]
+        for _ in range(2):
+          q = enc.layer[-1](prev, att, query_states=q, rel_embeddings=rel)[0]
+        dec = q
+      head = mlm.lm_predictions.lm_head
+      feats = head.LayerNorm(head.transform_act_fn(head.dense(dec)))
+      logits = head(dec, deberta.embeddings.word_embeddings)
+      idx = torch.tensor(x["mask_pos"]) + offset
+      mask_feature = feats[torch.arange(B), idx]
+  finally:
+    for h in handles:
+      h.remove()
+  return dict(hidden=hidden.numpy(), logits=logits.numpy(), mask_feature=mask_feature.numpy())
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+  """A tiny HF DeBERTa-v2 MLM + FrozenBiLM extras (linear_video, adapters, absolute positions), saved to disk."""
+  root = tmp_path_factory.mktemp("deberta")
+  mlm = _hf_mlm(TINY, legacy=False, seed=0)
+  hf_dir = str(root / "hf")
+  mlm.save_pretrained(hf_dir)
+  torch.manual_seed(1)
+  linear_video = torch.nn.Linear(VDIM, TINY["hidden_size"])
+  adapters = [(TorchAdapter(TINY["hidden_size"]), TorchAdapter(TINY["hidden_size"]))
+              for _ in range(TINY["num_hidden_layers"])]
+  for a in adapters:
+    for m in a:
+      _perturb(m, 2)
+  pos_emb = 0.5 * torch.randn(TINY["max_position_embeddings"], TINY["hidden_size"])
+  # FrozenBiLM's DebertaV2ForMaskedLM.state_dict(): deberta.* (+ position_ids buffer, position_embeddings,
+  # linear_video, adapters), lm_predictions.lm_head.* (+ its unused decoder), answer_embeddings / answer_bias.
+  sd = {k: v.clone() for k, v in mlm.state_dict().items()}
+  sd["deberta.embeddings.position_embeddings.weight"] = pos_emb.clone()
+  sd["deberta.embeddings.position_ids"] = torch.arange(TINY["max_position_embeddings"])[None]
+  sd["deberta.embeddings.linear_video.weight"] = linear_video.weight.detach().clone()
+  sd["deberta.embeddings.linear_video.bias"] = linear_video.bias.detach().clone()
+  for i, (a_attn, a_ffn) in enumerate(adapters):
+    for where, a in (("attention.output.adapter", a_attn), ("output.adapter", a_ffn)):
+      for k, v in a.state_dict().items():
+        sd[f"deberta.encoder.layer.{i}.{where}.{k}"] = v.clone()
+  sd["lm_predictions.lm_head.decoder.weight"] = torch.randn(TINY["vocab_size"], TINY["hidden_size"])
+  sd["lm_predictions.lm_head.decoder.bias"] = sd["lm_predictions.lm_head.bias"].clone()
+  sd["answer_embeddings.weight"] = torch.randn(7, TINY["hidden_size"])
+  sd["answer_bias"] = torch.zeros(7)
+  fb_path = str(root / "frozenbilm.pth")
+  torch.save({"model": sd, "optimizer": {}, "epoch": 3,
+              "args": argparse.Namespace(model_name="deberta-v2-xlarge", max_feats=T)}, fb_path)
+  return dict(mlm=mlm, hf_dir=hf_dir, linear_video=linear_video, adapters=adapters, pos_emb=pos_emb,
+              fb_path=fb_path, x=_inputs(TINY))
+
+
+def _config(cfg_dict, **overrides):
+  d = {k: v for k, v in cfg_dict.items()}
+  return D.DebertaV2Config.from_dict(d, **overrides)
+
+
+def _init(config, seed=0):
+  model = D.DebertaV2LM(config)
+  ids = jnp.zeros((1, 4), jnp.int32)
+  kw = {}
+  if config.num_visual_tokens:
+    kw = dict(visual=jnp.zeros((1, config.num_visual_tokens, config.visual_dim)))
+  init = jax.jit(lambda key: model.init(key, ids, jnp.ones((1, 4), jnp.int32), **kw))
+  return model, init(jax.random.PRNGKey(seed))
+
+
+def _run(model, params, x, *, video=False, mask_index=True, decode=False):
+  kw = {}
+  offset = 0
+  if video:
+    kw = dict(visual=jnp.asarray(x["video"]), visual_mask=jnp.asarray(x["video_mask"]))
+    offset = T
+  if mask_index:
+    kw["mask_index"] = jnp.asarray(x["mask_pos"] + offset, jnp.int32)
+  fn = jax.jit(lambda p, ids, m, kw: model.apply(p, ids, m, decode=decode, **kw))
+  out = fn(params, jnp.asarray(x["ids"], jnp.int32), jnp.asarray(x["mask"], jnp.int32), kw)
+  return jax.tree.map(np.asarray, out)
+
+
+def _close(a, b, atol=1e-5, rtol=1e-5):
+  np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=atol, rtol=rtol)
+
+
+# ----------------------------------------------------------------------------------------------- tests
+
+
+def test_log_buckets_match_torch():
+  from transformers.models.deberta_v2 import modeling_deberta_v2 as M  # pylint: disable=g-import-not-at-top
+  cfg = D.DebertaV2Config.xlarge()
+  ours = D.relative_position_index(cfg, 512)
+  q = torch.zeros(1, 512, 1)
+  rel = M.build_relative_position(q, q, bucket_size=256, max_position=512)[0].numpy()
+  np.testing.assert_array_equal(ours, np.clip(rel + 256, 0, 511))
+  assert ours.min() == 1 and ours.max() == 511  # buckets reach -255 .. 255 at distance 511
+
+
+@pytest.mark.parametrize("variant", ["paper", "variant"])
+def test_hidden_states_match_hf_with_padding(world, variant):
+  if variant == "paper":
+    cfg_dict, mlm, path = TINY, world["mlm"], world["hf_dir"]
+  else:
+    cfg_dict, mlm = VARIANT, _hf_mlm(VARIANT, legacy=False, seed=5)
+    path = os.path.join(os.path.dirname(world["hf_dir"]), "variant")
+    mlm.deberta.save_pretrained(path)  # a bare DebertaV2Model: keys without "deberta.", no head
+  config = D.DebertaV2Config.from_hf_dir(path)
+  assert config.pos_att_type == ("p2c", "c2p") and config.position_buckets == cfg_dict["position_buckets"]
+  model, init = _init(config)
+  params, report = D.load_hf_params(config, path, init)
+  assert not report.unused
+  if variant == "variant":
+    assert all(p.startswith("lm_predictions/") for p in report.missing) and report.missing
+  x = _inputs(cfg_dict, seed=3)
+  tt = np.zeros((B, L), np.int64)
+  tt[:, 4:] = 1
+  with torch.no_grad():
+    kw = dict(token_type_ids=torch.tensor(tt)) if cfg_dict["type_vocab_size"] else {}
+    ref = mlm.deberta(torch.tensor(x["ids"]), attention_mask=torch.tensor(x["mask"]), **kw).last_hidden_state.numpy()
+  out = jax.jit(model.apply)(params, jnp.asarray(x["ids"], jnp.int32), jnp.asarray(x["mask"]),
+                            token_type_ids=jnp.asarray(tt, jnp.int32) if kw else None)
+  assert out["hidden"].shape == (B, L, cfg_dict["hidden_size"])
+  _close(out["hidden"], ref)  # padded positions included
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_mlm_logits_match_hf(world, tmp_path, legacy):
+  mlm = world["mlm"] if not legacy else _hf_mlm(TINY, legacy=True, seed=7)
+  if legacy:
+    mlm.save_pretrained(str(tmp_path))
+  path = world["hf_dir"] if not legacy else str(tmp_path)
+  config = _config(TINY, enhanced_mask_decoder=False)  # transformers' DebertaV2ForMaskedLM has no EMD
+  model, _ = _init(config)
+  params, report = D.load_hf_params(config, path)  # nothing absent: no init_params needed
+  assert not report.missing and not report.unused
+  x = world["x"]
+  with torch.no_grad():
+    ref = mlm(torch.tensor(x["ids"]), attention_mask=torch.tensor(x["mask"])).logits.numpy()
+  out = _run(model, params, x, decode=True)
+  assert out["logits"].shape == (B, L, TINY["vocab_size"])
+  _close(out["logits"], ref)
+  # mask_feature is the head transform at the [MASK] row, consistent with the logits.
+  emb = np.asarray(D.word_embeddings(params))
+  bias = np.asarray(params["params"]["lm_predictions"]["lm_head"]["bias"])
+  _close(out["mask_feature"] @ emb.T + bias, ref[np.arange(B), x["mask_pos"]])
+
+
+def test_visual_prefix_matches_hf_inputs_embeds(world):
+  config = _config(TINY, num_visual_tokens=T, visual_dim=VDIM, enhanced_mask_decoder=False)
+  model, init = _init(config)
+  params, report = D.load_hf_params(config, world["hf_dir"], init)
+  assert sorted(report.missing) == ["deberta/embeddings/visual_proj/dense/bias",
+                                    "deberta/embeddings/visual_proj/dense/kernel"]
+  lv = world["linear_video"]
+  vp = params["params"]["deberta"]["embeddings"]["visual_proj"]["dense"]
+  vp["kernel"] = lv.weight.detach().numpy().T
+  vp["bias"] = lv.bias.detach().numpy()
+  ref = _torch_reference(world["mlm"], world["x"], video=True, linear_video=lv, emd=False)
+  out = _run(model, params, world["x"], video=True, decode=True)
+  assert out["hidden"].shape == (B, T + L, TINY["hidden_size"])
+  _close(out["hidden"], ref["hidden"])
+  _close(out["logits"], ref["logits"])
+  _close(out["mask_feature"], ref["mask_feature"])
+
+
+def test_adapters_match_torch_hooks(world):
+  config = _config(TINY, use_adapters=True, enhanced_mask_decoder=False)
+  model, init = _init(config)
+  params, report = D.load_hf_params(config, world["hf_dir"], init)
+  assert len(report.missing) == 8 * TINY["num_hidden_layers"]  # {attn, ffn} x {down, up} x {kernel, bias}
+  enc = params["params"]["deberta"]["encoder"]
+  for i, (a_attn, a_ffn) in enumerate(world["adapters"]):
+    for tree, a in ((enc[f"layer_{i}"]["attention"]["output"]["adapter_attn"], a_attn),
+                    (enc[f"layer_{i}"]["output"]["adapter_ffn"], a_ffn)):
+      for name in ("down", "up"):
+        tree[name] = dict(kernel=getattr(a, name).weight.detach().numpy().T, bias=getattr(a, name).bias.detach().numpy())
+  ref = _torch_reference(world["mlm"], world["x"], adapters=world["adapters"], emd=False)
+  plain = _torch_reference(world["mlm"], world["x"], emd=False)
+  assert np.abs(ref["hidden"] - plain["hidden"]).max() > 1e-2  # the adapters are far from the identity
+  out = _run(model, params, world["x"])
+  _close(out["hidden"], ref["hidden"])
+  _close(out["mask_feature"], ref["mask_feature"])
+
+
+def test_frozenbilm_checkpoint_and_enhanced_mask_decoder(world):
+  config = _config(TINY, num_visual_tokens=T, visual_dim=VDIM, use_adapters=True)
+  model, init = _init(config, seed=11)  # different values everywhere: the checkpoint must overwrite all of them
+  params, report = D.load_frozenbilm_checkpoint(config, world["fb_path"], init)
+  assert not report.missing
+  assert report.unused == ["answer_bias", "answer_embeddings.weight"]
+  p = params["params"]
+  _close(p["deberta"]["embeddings"]["visual_proj"]["dense"]["kernel"], world["linear_video"].weight.detach().numpy().T)
+  _close(p["deberta"]["embeddings"]["position_embeddings"]["embedding"], world["pos_emb"].numpy())
+  _close(p["deberta"]["encoder"]["layer_2"]["output"]["adapter_ffn"]["up"]["bias"],
+         world["adapters"][2][1].up.bias.detach().numpy())
+  ref = _torch_reference(world["mlm"], world["x"], video=True, linear_video=world["linear_video"],
+                         adapters=world["adapters"], pos_emb=world["pos_emb"], emd=True)
+  out = _run(model, params, world["x"], video=True, decode=True)
+  _close(out["hidden"], ref["hidden"])
+  _close(out["logits"], ref["logits"])  # EMD over the whole sequence
+  _close(out["mask_feature"], ref["mask_feature"])
+  # Single-row EMD (decode=False) gives the same [MASK] feature.
+  alone = _run(model, params, world["x"], video=True, decode=False)
+  assert set(alone) == {"hidden", "mask_feature"}
+  _close(alone["mask_feature"], ref["mask_feature"])
+  # The EMD matters: without it the feature is different.
+  no_emd = _torch_reference(world["mlm"], world["x"], video=True, linear_video=world["linear_video"],
+                            adapters=world["adapters"], emd=False)
+  assert np.abs(no_emd["mask_feature"] - ref["mask_feature"]).max() > 1e-2
+
+
+def test_text_only_emd_from_bin_with_position_embeddings(world, tmp_path):
+  """A Microsoft-style checkpoint (.bin with position_embeddings, lm_predictions head) drives the EMD."""
+  sd = dict(world["mlm"].state_dict())
+  sd["deberta.embeddings.position_embeddings.weight"] = world["pos_emb"]
+  torch.save(sd, str(tmp_path / "pytorch_model.bin"))
+  config = _config(TINY)
+  model, _ = _init(config)
+  params, report = D.load_hf_params(config, str(tmp_path))
+  assert not report.missing and not report.unused
+  ref = _torch_reference(world["mlm"], world["x"], pos_emb=world["pos_emb"], emd=True)
+  out = _run(model, params, world["x"], decode=True)
+  _close(out["logits"], ref["logits"])
+  _close(out["mask_feature"], ref["mask_feature"])
+
+
+def test_bfloat16_logical_axes_and_dropout(world):
+  config = _config(TINY, num_visual_tokens=T, visual_dim=VDIM, use_adapters=True)
+  model, init = _init(config)
+  # Every parameter carries logical axis names, one per dimension, from the contract's vocabulary.
+  leaves = jax.tree_util.tree_leaves(init, is_leaf=lambda v: isinstance(v, nn.Partitioned))
+  assert leaves and all(isinstance(v, nn.Partitioned) for v in leaves)
+  vocab = {None, "embed", "mlp", "heads", "kv", "vocab"}
+  assert all(len(v.names) == v.value.ndim and set(v.names) <= vocab for v in leaves)
+  params, _ = D.load_frozenbilm_checkpoint(config, world["fb_path"], init)
+  full = _run(model, params, world["x"], video=True, decode=True)
+  bf16 = _run(D.DebertaV2LM(dataclasses.replace(config, dtype=jnp.bfloat16)), params, world["x"], video=True,
+              decode=True)
+  assert bf16["hidden"].dtype == jnp.bfloat16 and bf16["mask_feature"].dtype == jnp.bfloat16
+  for k in ("hidden", "mask_feature"):
+    a, b = full[k], bf16[k].astype(np.float32)
+    assert np.abs(a - b).max() < 0.1 * np.abs(a).max()
+  # Dropout is active only when not deterministic.
+  ids, m = jnp.asarray(world["x"]["ids"], jnp.int32), jnp.asarray(world["x"]["mask"])
+  train = jax.jit(lambda p, key: model.apply(p, ids, m, deterministic=False, rngs={"dropout": key})["hidden"])
+  d1, d2 = np.asarray(train(params, jax.random.PRNGKey(1))), np.asarray(train(params, jax.random.PRNGKey(2)))
+  assert np.abs(d1 - d2).max() > 1e-3
+
+
+def test_errors_name_the_culprit(world, tmp_path):
+  config = _config(TINY, hidden_size=36, num_attention_heads=4, intermediate_size=48)
+  with pytest.raises(ValueError, match="shape mismatch for parameter 'deberta/embeddings/"):
+    D.load_hf_params(config, world["hf_dir"])  # shapes from jax.eval_shape when no init_params
+  with pytest.raises(ValueError, match="p2p"):
+    _config(TINY, pos_att_type="c2p|p2p")
+  cfg = _config(TINY, num_visual_tokens=T, visual_dim=VDIM)
+  model = D.DebertaV2LM(cfg)
+  init = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), jnp.ones((1, 4), jnp.int32), jnp.ones((1, 4))))
+  with pytest.raises(ValueError, match="num_visual_tokens"):
+    jax.eval_shape(lambda: model.apply(init, jnp.ones((1, 4), jnp.int32), jnp.ones((1, 4)),
+                                       visual=jnp.zeros((1, T + 1, VDIM))))
+  with pytest.raises(ValueError, match="linear_video"):
+    D.load_frozenbilm_checkpoint(cfg, world["hf_dir"], init)
+  bad = tmp_path / "config.json"
+  bad.write_text(json.dumps({"model_type": "bert"}))
+  with pytest.raises(ValueError, match="model_type"):
+    D.DebertaV2Config.from_hf_dir(str(tmp_path))

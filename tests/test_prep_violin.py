@@ -1,0 +1,241 @@
+"""VIOLIN converter on hand-made fixtures, its bad-input errors, and the synthetic VIOLIN world."""
+
+import hashlib
+import json
+import os
+import re
+
+import h5py
+import numpy as np
+import pytest
+
+from data_prep import synthetic_violin, violin
+from evqa_jax.data import records
+from evqa_jax.data.source import TFRecordDataSource
+
+
+def _clip(split, statements=None, sub=None):
+  return {"file": "x.mp4", "split": split,
+          "sub": sub if sub is not None else [["Hello there.", 0.0, 1.0], ["  General Kenobi!  ", 1.0, 2.5]],
+          "statement": statements or [["pos a", "neg a"], ["pos b", "neg b"], ["pos c", "neg c"]]}
+
+
+def _write(tmp_path, ann, feats, key="resnet_features"):
+  a = tmp_path / "violin_annotation.json"
+  a.write_text(json.dumps(ann))
+  h = tmp_path / "f.h5"
+  with h5py.File(h, "w") as f:
+    for cid, x in feats.items():
+      f.create_dataset(f"{cid}/{key}", data=x)
+  return str(a), str(h)
+
+
+def _read(out, split):
+  return [TFRecordDataSource.from_split(out, split)[i] for i in range(len(TFRecordDataSource.from_split(out, split)))]
+
+
+def test_convert_values_and_metadata(tmp_path):
+  x1 = np.array([[3.0, 4.0, 0.0, 0.0], [0.0, 0.0, 0.0, 2.0], [1.0, 1.0, 1.0, 1.0]], np.float32)
+  x2 = np.arange(12 * 4, dtype=np.float32).reshape(12, 4) + 1.0
+  ann = {"c1": _clip("train"), "c2": _clip("test", [["p", "n"]])}
+  a, h = _write(tmp_path, ann, {"c1": x1, "c2": x2, "only_in_h5": x1})
+  out = str(tmp_path / "out")
+  counts = violin.convert(a, h, out, feature="resnet", feature_dim=4, max_frames=5, verbose=False)
+  assert counts["train"] == {"converted_clips": 1, "converted_records": 3, "skipped_clips": {}}
+  assert counts["test"]["converted_records"] == 1
+
+  train = _read(out, "train")
+  assert [r["pair_index"] for r in train] == [0, 1, 2]
+  assert [(r["statement_pos"], r["statement_neg"]) for r in train] == [("pos a", "neg a"), ("pos b", "neg b"),
+                                                                       ("pos c", "neg c")]
+  r = train[0]
+  assert r["clip_id"] == "c1" and r["split"] == "train"
+  assert r["subtitles"] == "Hello there. General Kenobi!"
+  expected = np.array([[0.6, 0.8, 0, 0], [0, 0, 0, 1], [0.5, 0.5, 0.5, 0.5]], np.float32)
+  np.testing.assert_allclose(r["video"], expected, atol=1e-6)
+  assert r["video"].dtype == np.float32 and r["video_len"] == 3
+
+  # 12 frames, at most 5: linspace(0, 11, 5) = [0, 2.75, 5.5, 8.25, 11] -> rows [0, 3, 6, 8, 11].
+  t = _read(out, "test")[0]
+  rows = x2[[0, 3, 6, 8, 11]]
+  np.testing.assert_allclose(t["video"], rows / np.linalg.norm(rows, axis=1, keepdims=True), rtol=1e-6)
+  assert t["video_len"] == 5
+
+  meta = records.load_metadata(out)
+  assert meta["task"] == "violin" and meta["feature"] == "resnet" and meta["feature_dim"] == 4
+  assert meta["splits"]["train"]["num_examples"] == 3 and meta["features_without_annotation"] == 1
+  assert meta["features"]["video"] == {"dtype": "float32", "shape": [None, 4]}
+  assert "statement_pos" in meta["record_schema"]
+  with open(os.path.join(out, "violin_annotation.json")) as f:
+    assert json.load(f) == ann
+
+
+def test_default_cap_of_256_frames_and_c3d(tmp_path):
+  x = np.random.default_rng(0).normal(size=(300, 4096)).astype(np.float32)
+  a, h = _write(tmp_path, {"c": _clip("validate")}, {"c": x}, key="c3d_features")
+  out = str(tmp_path / "o")
+  violin.convert(a, h, out, feature="c3d", verbose=False)
+  r = _read(out, "validate")[0]
+  assert r["video_len"] == 256 and r["video"].shape == (256, 4096)
+  np.testing.assert_allclose(np.linalg.norm(r["video"], axis=1), 1.0, rtol=1e-5)
+  np.testing.assert_allclose(r["video"][0], x[0] / np.linalg.norm(x[0]), rtol=1e-5)
+  np.testing.assert_allclose(r["video"][-1], x[-1] / np.linalg.norm(x[-1]), rtol=1e-5)
+  assert records.load_metadata(out)["feature_dim"] == 4096
+
+
+BAD_CASES = [
+    # (name, annotation for clip "bad", features for "bad" (None: absent), reason, message fragments)
+    ("missing_key", {"file": "x", "split": "train", "sub": []}, np.ones((2, 4)), "missing_field", ["'statement'"]),
+    ("unknown_clip", _clip("train"), None, "unknown_clip_id", ["clip id 'bad'"]),
+    ("wrong_dim", _clip("train"), np.ones((2, 5)), "wrong_feature_dim", ["resnet_features", "(2, 5)"]),
+    ("bad_pair", _clip("train", [["only one"]]), np.ones((2, 4)), "bad_statement", ["'statement'[0]"]),
+    ("bad_split", _clip("dev"), np.ones((2, 4)), "unknown_split", ["'split'", "'dev'"]),
+    ("bad_sub", _clip("train", sub=[["text", 0.0]]), np.ones((2, 4)), "bad_subtitles", ["'sub'[0]"]),
+    ("empty", _clip("train"), np.ones((0, 4)), "empty_features", ["no frames"]),
+    ("nan", _clip("train"), np.full((2, 4), np.nan), "bad_features", ["non-finite"]),
+]
+
+
+@pytest.mark.parametrize("name,entry,feats,reason,fragments", BAD_CASES, ids=[c[0] for c in BAD_CASES])
+def test_bad_input(tmp_path, name, entry, feats, reason, fragments):
+  ann = {"good": _clip("train"), "bad": entry}
+  fs = {"good": np.ones((3, 4), np.float32)}
+  if feats is not None:
+    fs["bad"] = feats
+  a, h = _write(tmp_path, ann, fs)
+  out = str(tmp_path / "out")
+  with pytest.raises(violin.ConversionError) as e:
+    violin.convert(a, h, out, feature_dim=4, verbose=False)
+  msg = str(e.value)
+  assert e.value.reason == reason
+  assert "'bad'" in msg and (a in msg or h in msg), msg
+  for frag in fragments:
+    assert frag in msg, msg
+  assert not os.path.exists(os.path.join(out, "violin_annotation.json"))  # nothing half-written
+
+  counts = violin.convert(a, h, out, feature_dim=4, skip_bad=True, verbose=False)
+  split = "invalid" if reason == "unknown_split" else "train"
+  assert counts[split]["skipped_clips"] == {reason: 1}
+  assert counts["train"]["converted_clips"] == 1 and counts["train"]["converted_records"] == 3
+  assert len(_read(out, "train")) == 3
+  assert records.load_metadata(out)["conversion"][split]["skipped_clips"] == {reason: 1}
+
+
+def test_cli_prints_counts_and_errors(tmp_path, capsys):
+  a, h = _write(tmp_path, {"c": _clip("train"), "d": _clip("train")}, {"c": np.ones((2, 4))})
+  assert violin.main(["--annotation", a, "--features", h, "--feature-dim", "4", "--out", str(tmp_path / "o")]) == 1
+  assert "clip id 'd'" in capsys.readouterr().err
+  assert violin.main(["--annotation", a, "--features", h, "--feature-dim", "4", "--skip-bad",
+                      "--out", str(tmp_path / "o")]) == 0
+  assert "train: converted 3 records (1 clips), skipped 1 clips (unknown_clip_id=1)" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------------------------------ synthetic world
+
+def _tree_digest(d):
+  out = {}
+  for root, _, files in os.walk(d):
+    for f in files:
+      if f.endswith(".lock"):
+        continue
+      p = os.path.join(root, f)
+      out[os.path.relpath(p, d)] = hashlib.md5(open(p, "rb").read()).hexdigest()
+  return out
+
+
+def test_world_is_deterministic_and_converts(tmp_path):
+  c1 = synthetic_violin.generate(str(tmp_path / "a"), seed=3, small=True, verbose=False)
+  synthetic_violin.generate(str(tmp_path / "b"), seed=3, small=True, verbose=False)
+  synthetic_violin.generate(str(tmp_path / "c"), seed=4, small=True, verbose=False)
+  da, db, dc = (_tree_digest(str(tmp_path / x / "raw")) for x in "abc")
+  assert da == db and da != dc
+  assert {k: v["converted_clips"] for k, v in c1.items()} == synthetic_violin.SIZES["small"]
+  for split in ("train", "validate", "test"):
+    ra, rb = _read(str(tmp_path / "a" / "records"), split), _read(str(tmp_path / "b" / "records"), split)
+    assert len(ra) == 3 * synthetic_violin.SIZES["small"][split]
+    for x, y in zip(ra, rb):
+      assert x.keys() == y.keys()
+      for k in x:
+        np.testing.assert_array_equal(x[k], y[k])
+  meta = records.load_metadata(str(tmp_path / "a" / "records"))
+  assert meta["feature_dim"] == 512 and meta["synthetic"]["seed"] == 3
+  r = ra[0]
+  assert 8 <= r["video_len"] <= 32 and r["video"].shape == (r["video_len"], 512)
+  np.testing.assert_allclose(np.linalg.norm(r["video"], axis=1), 1.0, rtol=1e-5)
+
+
+def _words(s):
+  return re.findall(r"[a-z]+", s.lower())
+
+
+def test_world_statements_need_the_right_modality():
+  sizes = {"train": 400, "validate": 0, "test": 200}
+  ann, feats, types = synthetic_violin.build_world(seed=0, sizes=sizes)
+  cat_of = {w: c for c, ws in synthetic_violin.CATEGORIES.items() for w in ws}
+  visual = {w for ws in synthetic_violin.VISUAL.values() for w in ws}
+  dialogue = {w for ws in synthetic_violin.DIALOGUE.values() for w in ws}
+  kinds = {"edit": 0, "adversarial": 0}
+  for cid, a in ann.items():
+    sub_words = set(_words(" ".join(s[0] for s in a["sub"])))
+    assert not sub_words & visual  # visual facts are never spoken
+    assert len(sub_words & dialogue) == 3
+    for (pos, neg), (typ, kind) in zip(a["statement"], types[cid]):
+      kinds[kind] += 1
+      wp, wn = _words(pos), _words(neg)
+      assert pos != neg
+      if kind == "edit":
+        assert len(wp) == len(wn)
+        diff = [(x, y) for x, y in zip(wp, wn) if x != y]
+        assert len(diff) == 1 and cat_of[diff[0][0]] == cat_of[diff[0][1]]
+      # Dialogue words of a positive are in the subtitles; a negative has a false fact word.
+      assert {w for w in wp if w in dialogue} <= sub_words
+      if typ == "dialogue":
+        assert not {w for w in wn if w in dialogue} <= sub_words
+      if typ == "visual":
+        assert not {w for w in wp + wn if w in dialogue}
+  assert kinds["adversarial"] > 0.1 * kinds["edit"]
+
+  # Statement-only: a bag-of-words logistic regression trained on train positives vs negatives is at chance.
+  vocab = sorted({w for a in ann.values() for p in a["statement"] for s in p for w in _words(s)})
+  index = {w: i for i, w in enumerate(vocab)}
+
+  def bow(split):
+    xs, ys = [], []
+    for a in ann.values():
+      if a["split"] == split:
+        for p in a["statement"]:
+          for s, y in zip(p, (1.0, 0.0)):
+            v = np.zeros(len(vocab))
+            for w in _words(s):
+              v[index[w]] += 1
+            xs.append(v)
+            ys.append(y)
+    return np.array(xs), np.array(ys)
+
+  xtr, ytr = bow("train")
+  xte, yte = bow("test")
+  w, b = np.zeros(len(vocab)), 0.0
+  for _ in range(300):
+    p = 1 / (1 + np.exp(-(xtr @ w + b)))
+    w -= 0.5 * (xtr.T @ (p - ytr) / len(ytr) + 1e-3 * w)
+    b -= 0.5 * np.mean(p - ytr)
+  acc = np.mean(((xte @ w + b) > 0) == (yte > 0.5))
+  assert 0.42 < acc < 0.58, acc
+
+  # The video holds the visual facts: decoding each category by cosine with the projected concepts is accurate,
+  # and the decoded facts decide the visual statements.
+  concept = synthetic_violin._concept_embeddings()
+  correct = total = 0
+  for cid, a in ann.items():
+    v = feats[cid] / np.linalg.norm(feats[cid], axis=1, keepdims=True)
+    decoded = {}
+    for c, ws in synthetic_violin.VISUAL.items():
+      m = np.stack([concept[x] / np.linalg.norm(concept[x]) for x in ws])
+      decoded[c] = ws[int(np.argmax((v @ m.T).max(axis=0)))]
+    for (pos, neg), (typ, _) in zip(a["statement"], types[cid]):
+      if typ != "visual":
+        continue
+      score = lambda s: sum(decoded[cat_of[w]] == w for w in _words(s) if w in visual)
+      correct += score(pos) > score(neg)
+      total += 1
+  assert correct / total > 0.9, correct / total

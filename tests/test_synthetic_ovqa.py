@@ -1,0 +1,152 @@
+"""The synthetic OVQA world (data_prep/synthetic_ovqa.py): vocabulary, determinism, statistics, learnability."""
+
+import collections
+import json
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from data_prep import synthetic_ovqa as so
+from evqa_jax import pretrained
+from evqa_jax.data import records
+from evqa_jax.data.source import TFRecordDataSource
+
+SMALL = so.WorldConfig(**so.SMALL)
+
+
+@pytest.fixture(scope="module")
+def world_dir(tmp_path_factory):
+  out = tmp_path_factory.mktemp("world")
+  so.build(str(out), SMALL, verbose=False)
+  return out
+
+
+def test_words_are_glove_words_and_single_minilm_pieces():
+  words = so.concept_words()
+  assert 600 <= len(words) <= 800
+  assert len({w for w, _ in words}) == len(words)
+  vocab = set(open(os.path.join(pretrained.minilm_dir(), "vocab.txt")).read().split("\n"))
+  assert [w for w, _ in words if w not in vocab] == []
+  so.load_glove([w for w, _ in words])  # raises when a word is missing from GloVe
+  types = collections.Counter(so.GROUP_TYPE[g] for _, g in words)
+  assert sorted(types) == [0, 1, 2, 3, 4, 5] and min(types.values()) >= 30
+  assert set(so.TEMPLATES) == set(so.WORD_GROUPS) == set(so.GROUP_TYPE)
+
+
+def test_same_seed_same_bytes_and_arrays(world_dir, tmp_path):
+  so.generate_raw(str(tmp_path), SMALL)
+  raw = world_dir / "raw"
+  for name in ("train.csv", "val.csv", "test.csv", "subtitles.json", "world.json"):
+    assert (tmp_path / name).read_bytes() == (raw / name).read_bytes(), name
+  a, b = np.load(raw / "features.npz"), np.load(tmp_path / "features.npz")
+  assert sorted(a.files) == sorted(b.files)
+  for k in a.files:
+    assert a[k].dtype == np.float16 and a[k].shape[1] == 768
+    np.testing.assert_array_equal(a[k], b[k])
+  other = tmp_path / "seed1"
+  so.generate_raw(str(other), so.WorldConfig(**{**so.SMALL, "seed": 1}))
+  assert (other / "train.csv").read_bytes() != (raw / "train.csv").read_bytes()
+
+
+def test_release_format_and_answer_statistics(world_dir):
+  raw = world_dir / "raw"
+  train = pd.read_csv(raw / "train.csv", dtype=str, keep_default_na=False)
+  test = pd.read_csv(raw / "test.csv", dtype=str, keep_default_na=False)
+  assert list(train.columns) == ["question", "answer", "video_id", "type", "id"]
+  assert (len(train), len(test)) == (SMALL.num_train, SMALL.num_test)
+  info = json.loads((raw / "world.json").read_text())
+  heldout = {c["word"] for c in info["concepts"] if c["heldout"]}
+  assert len(heldout) == SMALL.num_heldout and not heldout & set(train["answer"])
+  assert (test["answer"].isin(heldout).sum() == round(SMALL.unseen_fraction * SMALL.num_test))
+  # the rows of one video ask questions of distinct types, so the type tells which segment to look at
+  for split in (train, test):
+    assert split.groupby("video_id")["type"].apply(lambda t: t.nunique() == len(t)).all()
+  t = so.answer_stats.table1_from_dir(str(world_dir / "records"))
+  for cat in ("base", "common", "rare", "unseen"):
+    assert t[cat]["answers"] > 0 and t[cat]["test_samples"] > 0, (cat, t)
+  assert t["unseen"]["test_samples"] >= 0.08 * SMALL.num_test
+  meta = records.load_metadata(str(world_dir / "records"))
+  assert meta["task"] == "ovqa" and meta["splits"]["train"]["num_examples"] == SMALL.num_train
+  vocab = json.loads((world_dir / "records" / "vocab.json").read_text())
+  assert len(vocab["vocab_cvqa"]) == SMALL.cvqa_topk
+
+
+def test_every_question_concept_survives_frame_sampling(world_dir):
+  """After sampling to T frames, each row's answer concept dominates some frame, with its type direction."""
+  world = so._World(SMALL)
+  src = TFRecordDataSource.from_split(str(world_dir / "records"), "test")
+  for i in range(len(src)):
+    ex = src[i]
+    frames = ex["video"].astype(np.float32)[ex["video_mask"] > 0] - world.mean
+    along = frames @ world.direction[ex["answer"]]
+    best = int(np.argmax(along))
+    assert along[best] > 0.8 * SMALL.concept_scale, (i, ex["answer"], along.max())
+    type_dir = world.type_dir[ex["question_type"]] / SMALL.type_scale
+    assert frames[best] @ type_dir > 0.6 * SMALL.type_scale
+
+
+def test_unseen_answers_are_predictable_from_word_vectors(world_dir):
+  """A ridge map from type-selected frames to GloVe vectors, fit on train, finds unseen test answers by their
+  word vectors far above chance: the feature map is shared by all words."""
+  world = so._World(SMALL)
+
+  def load(split):
+    src = TFRecordDataSource.from_split(str(world_dir / "records"), split)
+    xs, answers = [], []
+    for i in range(len(src)):
+      ex = src[i]
+      v = ex["video"].astype(np.float32)[ex["video_mask"] > 0] - world.mean
+      score = v @ world.type_dir[ex["question_type"]]
+      xs.append(v[score >= score.max() - 1.0].mean(0))
+      answers.append(ex["answer"])
+    return np.stack(xs), answers
+
+  x_train, a_train = load("train")
+  x_test, a_test = load("test")
+  vocab = json.loads((world_dir / "records" / "vocab.json").read_text())
+  words = sorted(set(a_train) | set(a_test))
+  glove = dict(zip(words, so.load_glove(words)[0]))
+  y = np.stack([glove[a] for a in a_train])
+  mu = x_train.mean(0)
+  xc = x_train - mu
+  w = np.linalg.solve(xc.T @ xc + 10.0 * np.eye(xc.shape[1]), xc.T @ y)
+  cands = vocab["vocab_test"]
+  g = np.stack([glove[a] for a in cands])
+  g /= np.linalg.norm(g, axis=1, keepdims=True)
+  pred = [cands[j] for j in np.argmax(((x_test - mu) @ w) @ g.T, axis=1)]
+  unseen = [i for i, a in enumerate(a_test) if vocab["categories"][a] == "unseen"]
+  acc_unseen = np.mean([pred[i] == a_test[i] for i in unseen])
+  assert acc_unseen > 20 / len(cands), (acc_unseen, len(cands))  # chance is 1 / |V_test|
+
+
+def test_cli_small_and_bad_knob(tmp_path, capsys):
+  out = tmp_path / "w"
+  assert so.main(["--out", str(out), "--small", "--num-train", "300", "--num-test", "80", "--num-val", "0",
+                  "--no-subtitles"]) == 0
+  printed = capsys.readouterr().out
+  assert "train: converted 300 of 300 rows" in printed and "| unseen |" in printed
+  assert not (out / "raw" / "subtitles.json").exists()
+  src = TFRecordDataSource.from_split(str(out / "records"), "train")
+  assert len(src) == 300 and src[0]["subtitles"] == ""
+  assert so.main(["--out", str(tmp_path / "bad"), "--small", "--num-heldout", "1000"]) == 1
+  assert "num_heldout=1000" in capsys.readouterr().err
+
+
+def test_ensure_world_builds_once_and_graphs(tmp_path, monkeypatch):
+  from data_prep import answer_graphs
+  calls = []
+  monkeypatch.setattr(answer_graphs, "main", lambda argv: calls.append(list(argv)))
+  monkeypatch.setitem(so.PRESETS, "tiny", dict(so.SMALL, num_train=200, num_val=0, num_test=50))
+  records_dir = so.ensure_world(str(tmp_path), preset="tiny", verbose=False)
+  assert records_dir == str(tmp_path / "records")
+  assert calls == [["--data", records_dir]]  # graphs requested and absent
+  stamp = os.stat(tmp_path / "records" / "vocab.json").st_mtime_ns
+  for name in ("graph_train.npz", "graph_test.npz"):
+    (tmp_path / "records" / name).write_bytes(b"")
+  assert so.ensure_world(str(tmp_path), preset="tiny", verbose=False) == records_dir
+  assert calls == [["--data", records_dir]] and os.stat(tmp_path / "records" / "vocab.json").st_mtime_ns == stamp
+  assert records.load_metadata(records_dir)["splits"]["train"]["num_examples"] == 200
+  with pytest.raises(ValueError, match="unknown synthetic OVQA preset 'huge'"):
+    so.ensure_world(str(tmp_path), preset="huge")
