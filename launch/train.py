@@ -10,7 +10,7 @@ flags that launch/local_multiprocess.py passes.
 import os
 import sys
 
-from absl import app, flags
+from absl import app, flags, logging
 from ml_collections import config_flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -28,6 +28,8 @@ FLAGS = flags.FLAGS
 
 def main(argv):
   del argv
+  if not FLAGS["verbosity"].present:  # orbax/grain INFO chatter hides the progress lines; -v 0 brings it back
+    logging.set_verbosity(logging.WARNING)
   import jax
   if FLAGS.coordinator:
     jax.distributed.initialize(FLAGS.coordinator, FLAGS.num_processes, FLAGS.process_id)

@@ -38,6 +38,31 @@ def hf_dir(tmp_path_factory):
   return str(d), str(bin_dir)
 
 
+@pytest.fixture(scope="module")
+def hf_mlm(hf_dir):
+  """The saved model reloaded by HF; `.bert` is the BertModel (no pooler) used as the hidden-state reference."""
+  return transformers.BertForMaskedLM.from_pretrained(hf_dir[0]).eval()
+
+
+@pytest.fixture(scope="module")
+def tiny(hf_dir):
+  cfg = bert.BertConfig.from_hf_dir(hf_dir[0])
+  params, report = _load(cfg, hf_dir[0])
+  return cfg, params, report
+
+
+VISUAL = dict(num_visual_tokens=4, visual_dim=12)
+
+
+@pytest.fixture(scope="module")
+def tiny_visual(hf_dir):
+  cfg = bert.BertConfig(**TINY, **VISUAL)
+  params, report = _load(cfg, hf_dir[0])
+  # visual_proj comes from init_params (zero bias): give it a non-trivial bias too.
+  params["visual_proj"]["dense"]["bias"] = jnp.linspace(-0.5, 0.5, 64)
+  return cfg, params, report
+
+
 def _batch(seed=0, batch=3, length=9, vocab=99):
   rng = np.random.RandomState(seed)
   ids = rng.randint(1, vocab, size=(batch, length)).astype(np.int32)
@@ -70,35 +95,30 @@ def _load(cfg, path, seed=1):
   return bert.load_hf_params(cfg, path, init)
 
 
-def test_hidden_states_match_hf_with_padding(hf_dir):
-  cfg = bert.BertConfig.from_hf_dir(hf_dir[0])
-  params, report = _load(cfg, hf_dir[0])
+def test_hidden_states_match_hf_with_padding(tiny, hf_mlm):
+  cfg, params, report = tiny
   assert report.missing == [] and report.unused == []
   ids, mask, tt = _batch()
   ours = _apply(cfg, params, ids, mask, token_type_ids=tt)["hidden"]
-  hf = transformers.BertModel.from_pretrained(hf_dir[0], add_pooling_layer=False).eval()
   with torch.no_grad():
-    ref = hf(input_ids=_t(ids), attention_mask=_t(mask), token_type_ids=_t(tt)).last_hidden_state.numpy()
+    ref = hf_mlm.bert(input_ids=_t(ids), attention_mask=_t(mask), token_type_ids=_t(tt)).last_hidden_state.numpy()
   assert ours.shape == (3, 9, 64)
   np.testing.assert_allclose(_np(ours), ref, atol=1e-5, rtol=1e-5)
 
 
-def test_pytorch_bin_gives_same_params_as_safetensors(hf_dir):
-  cfg = bert.BertConfig(**TINY)
-  a, _ = _load(cfg, hf_dir[0])
+def test_pytorch_bin_gives_same_params_as_safetensors(hf_dir, tiny):
+  cfg, a, _ = tiny
   b, report = _load(cfg, hf_dir[1])
   assert report.source.endswith("pytorch_model.bin") and report.missing == []
   jax.tree.map(np.testing.assert_array_equal, a, b)
 
 
-def test_mlm_logits_match_hf(hf_dir):
-  cfg = bert.BertConfig(**TINY)
-  params, _ = _load(cfg, hf_dir[0])
+def test_mlm_logits_match_hf(tiny, hf_mlm):
+  cfg, params, _ = tiny
   ids, mask, tt = _batch(seed=1)
   ours = _apply(cfg, params, ids, mask, token_type_ids=tt, decode=True)["logits"]
-  hf = transformers.BertForMaskedLM.from_pretrained(hf_dir[0]).eval()
   with torch.no_grad():
-    ref = hf(input_ids=_t(ids), attention_mask=_t(mask), token_type_ids=_t(tt)).logits.numpy()
+    ref = hf_mlm(input_ids=_t(ids), attention_mask=_t(mask), token_type_ids=_t(tt)).logits.numpy()
   assert ours.shape == (3, 9, 99)
   np.testing.assert_allclose(_np(ours), ref, atol=1e-4, rtol=1e-5)
 
@@ -124,23 +144,19 @@ def _hf_visual_forward(hf_bert, params, ids, mask, tt, video, vmask):
                    token_type_ids=_t(np.concatenate([np.zeros((3, t), np.int64), tt], 1)))
 
 
-def test_visual_tokens_match_hf_inputs_embeds(hf_dir):
-  cfg = bert.BertConfig(**TINY, num_visual_tokens=4, visual_dim=12)
-  params, report = _load(cfg, hf_dir[0])
+def test_visual_tokens_match_hf_inputs_embeds(tiny_visual, hf_mlm):
+  cfg, params, report = tiny_visual
   assert sorted(report.missing) == ["visual_proj/dense/bias", "visual_proj/dense/kernel"]
-  # visual_proj comes from init_params (zeros bias): give it a non-trivial bias too.
-  params["visual_proj"]["dense"]["bias"] = jnp.linspace(-0.5, 0.5, 64)
   ids, mask, tt = _batch(seed=3)
   video, vmask = _visual_inputs(cfg)
   ours = _apply(cfg, params, ids, mask, token_type_ids=tt, visual=video,
                                 visual_mask=vmask)["hidden"]
-  hf = transformers.BertModel.from_pretrained(hf_dir[0], add_pooling_layer=False).eval()
-  ref = _hf_visual_forward(hf, params, ids, mask, tt, video, vmask).last_hidden_state.numpy()
+  ref = _hf_visual_forward(hf_mlm.bert, params, ids, mask, tt, video, vmask).last_hidden_state.numpy()
   assert ours.shape == (3, 4 + 9, 64)
   np.testing.assert_allclose(_np(ours), ref, atol=1e-5, rtol=1e-5)
 
 
-def test_adapters_match_hf_with_forward_hooks(hf_dir):
+def test_adapters_match_hf_with_forward_hooks(hf_dir, hf_mlm):
   cfg = bert.BertConfig(**TINY, use_adapters=True, adapter_reduction=8)
   params, report = _load(cfg, hf_dir[0])
   assert len(report.missing) == 2 * 2 * 4  # 2 layers x 2 adapters x (down, up) x (kernel, bias)
@@ -152,33 +168,37 @@ def test_adapters_match_hf_with_forward_hooks(hf_dir):
   ours = _apply(cfg, params, ids, mask, token_type_ids=tt)["hidden"]
   plain = _apply(bert.BertConfig(**TINY), params, ids, mask, token_type_ids=tt)["hidden"]
 
-  hf = transformers.BertModel.from_pretrained(hf_dir[0], add_pooling_layer=False).eval()
-
   def adapter_hook(p):
     down_w, down_b = (torch.from_numpy(np.asarray(p["down"][n])) for n in ("kernel", "bias"))
     up_w, up_b = (torch.from_numpy(np.asarray(p["up"][n])) for n in ("kernel", "bias"))
     return lambda module, inputs, out: out + torch.relu(out @ down_w + down_b) @ up_w + up_b
 
-  for i, layer in enumerate(hf.encoder.layer):
+  handles = []
+  for i, layer in enumerate(hf_mlm.bert.encoder.layer):
     lp = params["encoder"][f"layer_{i}"]
-    layer.attention.output.dense.register_forward_hook(adapter_hook(lp["attention"]["output"]["adapter_attn"]))
-    layer.output.dense.register_forward_hook(adapter_hook(lp["output"]["adapter_ffn"]))
-  with torch.no_grad():
-    ref = hf(input_ids=_t(ids), attention_mask=_t(mask), token_type_ids=_t(tt)).last_hidden_state.numpy()
+    handles.append(layer.attention.output.dense.register_forward_hook(
+        adapter_hook(lp["attention"]["output"]["adapter_attn"])))
+    handles.append(layer.output.dense.register_forward_hook(adapter_hook(lp["output"]["adapter_ffn"])))
+  try:
+    with torch.no_grad():
+      ref = hf_mlm.bert(input_ids=_t(ids), attention_mask=_t(mask),
+                        token_type_ids=_t(tt)).last_hidden_state.numpy()
+  finally:
+    for h in handles:
+      h.remove()
   np.testing.assert_allclose(_np(ours), ref, atol=1e-5, rtol=1e-5)
   assert np.abs(_np(ours) - _np(plain)).max() > 1e-2  # the adapters really change the output
 
 
-def test_mask_feature_is_head_transform_at_mask_index(hf_dir):
-  cfg = bert.BertConfig(**TINY, num_visual_tokens=4, visual_dim=12)
-  params, _ = _load(cfg, hf_dir[0])
+def test_mask_feature_is_head_transform_at_mask_index(tiny_visual, hf_mlm):
+  cfg, params, _ = tiny_visual
   ids, mask, tt = _batch(seed=6)
   video, vmask = _visual_inputs(cfg, seed=7)
   mask_index = np.array([4 + 2, 4 + 5, 4 + 0], np.int32)  # full-sequence index: text position + T
   out = _apply(cfg, params, ids, mask, token_type_ids=tt, visual=video, visual_mask=vmask,
                                mask_index=mask_index, decode=True)
   assert out["mask_feature"].shape == (3, 64)
-  hf = transformers.BertForMaskedLM.from_pretrained(hf_dir[0]).eval()
+  hf = hf_mlm
   hidden = _hf_visual_forward(hf.bert, params, ids, mask, tt, video, vmask).last_hidden_state
   with torch.no_grad():
     ref = hf.cls.predictions.transform(hidden[torch.arange(3), torch.from_numpy(mask_index).long()]).numpy()
@@ -210,10 +230,9 @@ def test_real_minilm_matches_hf():
                                 hf.embeddings.word_embeddings.weight.detach().numpy())
 
 
-def test_bfloat16_close_to_float32(hf_dir):
-  cfg32 = bert.BertConfig(**TINY)
+def test_bfloat16_close_to_float32(tiny):
+  cfg32, params, _ = tiny
   cfg16 = bert.BertConfig(**TINY, dtype="bfloat16")
-  params, _ = _load(cfg32, hf_dir[0])
   ids, mask, tt = _batch(seed=8)
   h32 = _apply(cfg32, params, ids, mask, token_type_ids=tt)["hidden"]
   h16 = _apply(cfg16, params, ids, mask, token_type_ids=tt)["hidden"]
@@ -223,27 +242,28 @@ def test_bfloat16_close_to_float32(hf_dir):
 
 
 def test_dropout_and_gradients():
-  cfg = bert.BertConfig(**TINY, num_visual_tokens=2, visual_dim=8, use_adapters=True)
+  cfg = bert.BertConfig(**{**TINY, "num_hidden_layers": 1}, num_visual_tokens=2, visual_dim=8, use_adapters=True)
   variables = bert.init_variables(cfg, jax.random.PRNGKey(0))
   params = hf_utils.params_of(variables)
   ids, mask, tt = _batch(seed=9)
   video = np.ones((3, 2, 8), np.float32)
   model = bert.BertLM(cfg)
 
-  @functools.partial(jax.jit, static_argnums=2)
   def run(p, rng, deterministic):
     return model.apply({"params": p}, ids, mask, visual=video, mask_index=jnp.array([2, 3, 4]),
                        deterministic=deterministic, rngs={"dropout": rng})["mask_feature"]
 
-  a = run(params, jax.random.PRNGKey(1), False)
-  b = run(params, jax.random.PRNGKey(2), False)
-  c = run(params, jax.random.PRNGKey(1), True)
-  d = run(params, jax.random.PRNGKey(2), True)
+  # One compiled training step (dropout on) gives both the outputs and the gradients.
+  train = jax.jit(jax.grad(lambda p, r: (jnp.sum(run(p, r, False) ** 2), run(p, r, False)), has_aux=True))
+  grads, a = train(params, jax.random.PRNGKey(1))
+  _, b = train(params, jax.random.PRNGKey(2))
+  evaluate = jax.jit(lambda p, r: run(p, r, True))
+  c, d = evaluate(params, jax.random.PRNGKey(1)), evaluate(params, jax.random.PRNGKey(2))
   assert np.abs(_np(a) - _np(b)).max() > 1e-3
   np.testing.assert_array_equal(_np(c), _np(d))
-  grads = jax.jit(jax.grad(lambda p: jnp.sum(run(p, jax.random.PRNGKey(1), False) ** 2)))(params)
+  assert np.abs(_np(a) - _np(c)).max() > 1e-3
   flat = hf_utils.flatten_params(grads)
-  for name in ("visual_proj/dense/kernel", "encoder/layer_1/output/adapter_ffn/up/kernel",
+  for name in ("visual_proj/dense/kernel", "encoder/layer_0/output/adapter_ffn/up/kernel",
                "encoder/layer_0/attention/output/LayerNorm/scale"):
     assert np.abs(_np(flat[name])).max() > 0, name
 

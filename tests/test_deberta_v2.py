@@ -155,17 +155,26 @@ def _config(cfg_dict, **overrides):
   return D.DebertaV2Config.from_dict(d, **overrides)
 
 
-def _init(config, seed=0):
+def _abstract_init(config):
+  """model.init traced only (boxed ShapeDtypeStructs with logical names): no compile, no random numbers."""
   model = D.DebertaV2LM(config)
-  ids = jnp.zeros((1, 4), jnp.int32)
   kw = {}
   if config.num_visual_tokens:
     kw = dict(visual=jnp.zeros((1, config.num_visual_tokens, config.visual_dim)))
-  init = jax.jit(lambda key: model.init(key, ids, jnp.ones((1, 4), jnp.int32), **kw))
-  return model, init(jax.random.PRNGKey(seed))
+  return model, jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), jnp.zeros((1, 4), jnp.int32),
+                                                  jnp.ones((1, 4), jnp.int32), **kw))
+
+
+def _init(config, seed=0):
+  """Random init_params drawn in numpy (tests stay fast: a jitted Flax init costs seconds of compile)."""
+  model, shapes = _abstract_init(config)
+  rng = np.random.default_rng(seed)
+  init = jax.tree.map(lambda s: (0.05 * rng.normal(size=s.shape)).astype(s.dtype), nn.meta.unbox(shapes))
+  return model, init
 
 
 def _run(model, params, x, *, video=False, mask_index=True, decode=False):
+  """Eager apply: the tests share shapes, so JAX's per-op compile cache is reused across them."""
   kw = {}
   offset = 0
   if video:
@@ -173,8 +182,7 @@ def _run(model, params, x, *, video=False, mask_index=True, decode=False):
     offset = T
   if mask_index:
     kw["mask_index"] = jnp.asarray(x["mask_pos"] + offset, jnp.int32)
-  fn = jax.jit(lambda p, ids, m, kw: model.apply(p, ids, m, decode=decode, **kw))
-  out = fn(params, jnp.asarray(x["ids"], jnp.int32), jnp.asarray(x["mask"], jnp.int32), kw)
+  out = model.apply(params, jnp.asarray(x["ids"], jnp.int32), jnp.asarray(x["mask"], jnp.int32), decode=decode, **kw)
   return jax.tree.map(np.asarray, out)
 
 
@@ -216,8 +224,8 @@ def test_hidden_states_match_hf_with_padding(world, variant):
   with torch.no_grad():
     kw = dict(token_type_ids=torch.tensor(tt)) if cfg_dict["type_vocab_size"] else {}
     ref = mlm.deberta(torch.tensor(x["ids"]), attention_mask=torch.tensor(x["mask"]), **kw).last_hidden_state.numpy()
-  out = jax.jit(model.apply)(params, jnp.asarray(x["ids"], jnp.int32), jnp.asarray(x["mask"]),
-                            token_type_ids=jnp.asarray(tt, jnp.int32) if kw else None)
+  out = model.apply(params, jnp.asarray(x["ids"], jnp.int32), jnp.asarray(x["mask"]),
+                    token_type_ids=jnp.asarray(tt, jnp.int32) if kw else None)
   assert out["hidden"].shape == (B, L, cfg_dict["hidden_size"])
   _close(out["hidden"], ref)  # padded positions included
 
@@ -325,25 +333,25 @@ def test_text_only_emd_from_bin_with_position_embeddings(world, tmp_path):
 
 def test_bfloat16_logical_axes_and_dropout(world):
   config = _config(TINY, num_visual_tokens=T, visual_dim=VDIM, use_adapters=True)
-  model, init = _init(config)
+  model, shapes = _abstract_init(config)
   # Every parameter carries logical axis names, one per dimension, from the contract's vocabulary.
-  leaves = jax.tree_util.tree_leaves(init, is_leaf=lambda v: isinstance(v, nn.Partitioned))
+  leaves = jax.tree_util.tree_leaves(shapes, is_leaf=lambda v: isinstance(v, nn.Partitioned))
   assert leaves and all(isinstance(v, nn.Partitioned) for v in leaves)
   vocab = {None, "embed", "mlp", "heads", "kv", "vocab"}
   assert all(len(v.names) == v.value.ndim and set(v.names) <= vocab for v in leaves)
-  params, _ = D.load_frozenbilm_checkpoint(config, world["fb_path"], init)
-  full = _run(model, params, world["x"], video=True, decode=True)
-  bf16 = _run(D.DebertaV2LM(dataclasses.replace(config, dtype=jnp.bfloat16)), params, world["x"], video=True,
-              decode=True)
+  params, _ = D.load_frozenbilm_checkpoint(config, world["fb_path"], shapes)  # abstract init: nothing missing
+  full = _run(model, params, world["x"], video=True)
+  bf16 = jax.jit(lambda p, x: D.DebertaV2LM(dataclasses.replace(config, dtype=jnp.bfloat16)).apply(
+      p, x["ids"], x["mask"], visual=x["video"], visual_mask=x["video_mask"], mask_index=x["mask_pos"] + T))(
+          params, {k: jnp.asarray(v) for k, v in world["x"].items()})
   assert bf16["hidden"].dtype == jnp.bfloat16 and bf16["mask_feature"].dtype == jnp.bfloat16
   for k in ("hidden", "mask_feature"):
-    a, b = full[k], bf16[k].astype(np.float32)
+    a, b = full[k], np.asarray(bf16[k].astype(jnp.float32))
     assert np.abs(a - b).max() < 0.1 * np.abs(a).max()
-  # Dropout is active only when not deterministic.
+  # Dropout (hidden, attention, adapters) is active only when not deterministic.
   ids, m = jnp.asarray(world["x"]["ids"], jnp.int32), jnp.asarray(world["x"]["mask"])
-  train = jax.jit(lambda p, key: model.apply(p, ids, m, deterministic=False, rngs={"dropout": key})["hidden"])
-  d1, d2 = np.asarray(train(params, jax.random.PRNGKey(1))), np.asarray(train(params, jax.random.PRNGKey(2)))
-  assert np.abs(d1 - d2).max() > 1e-3
+  train = lambda key: np.asarray(model.apply(params, ids, m, deterministic=False, rngs={"dropout": key})["hidden"])
+  assert np.abs(train(jax.random.PRNGKey(1)) - train(jax.random.PRNGKey(2))).max() > 1e-3
 
 
 def test_errors_name_the_culprit(world, tmp_path):
@@ -353,8 +361,7 @@ def test_errors_name_the_culprit(world, tmp_path):
   with pytest.raises(ValueError, match="p2p"):
     _config(TINY, pos_att_type="c2p|p2p")
   cfg = _config(TINY, num_visual_tokens=T, visual_dim=VDIM)
-  model = D.DebertaV2LM(cfg)
-  init = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), jnp.ones((1, 4), jnp.int32), jnp.ones((1, 4))))
+  model, init = _abstract_init(cfg)
   with pytest.raises(ValueError, match="num_visual_tokens"):
     jax.eval_shape(lambda: model.apply(init, jnp.ones((1, 4), jnp.int32), jnp.ones((1, 4)),
                                        visual=jnp.zeros((1, T + 1, VDIM))))

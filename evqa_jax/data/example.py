@@ -170,7 +170,7 @@ def encode_example(example: Mapping[str, Any], spec: Mapping[str, Feature], wher
         fmap[name].int64_list.value.extend(flat.astype(np.int64).tolist())
     if feature.num_variable_dims > 1:
       fmap[name + SHAPE_SUFFIX].int64_list.value.extend(list(arr.shape))
-  return proto.SerializeToString()
+  return proto.SerializeToString(deterministic=True)
 
 
 def _resolve_shape(name: str, feature: Feature, count: int, fmap, where: str | None) -> tuple:

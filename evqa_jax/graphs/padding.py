@@ -36,6 +36,20 @@ def graph_budget(*graphs: AnswerGraph, multiple: int = 128):
   return max_nodes, max_edges, max_answers
 
 
+def receiver_budget(*graphs: AnswerGraph, max_answers: int, multiple: int = 128) -> int:
+  """Static bound R for `Verbalizer(num_receivers_padded=R)`: in every padded graph, all edges into nodes >= R are
+  self-loops. For a K-hop answer graph these are the last hop's words (they only send), so R is about
+  max_answers + |V^(K-1)| - |V|, well below the node count."""
+  if not graphs:
+    raise ValueError("receiver_budget needs at least one graph")
+  bound = max_answers
+  for g in graphs:
+    recv = g.receivers[g.senders != g.receivers]
+    if recv.size:
+      bound = max(bound, int(node_positions(g, max_answers)[recv].max()) + 1)
+  return _round_up(bound, multiple)
+
+
 def node_positions(graph: AnswerGraph, max_answers: int) -> np.ndarray:
   """Padded position `[nodes]` of each of the graph's nodes (see module docstring)."""
   ids = np.arange(graph.num_nodes, dtype=np.int64)

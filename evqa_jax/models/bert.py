@@ -395,11 +395,16 @@ def dummy_inputs(config: BertConfig, batch: int = 1, length: int = 8) -> Dict[st
   return inputs
 
 
-def init_variables(config: BertConfig, rng, length: int = 8):
-  """`BertLM(config).init` on dummy inputs: the boxed variables {"params": ...} (logical axis metadata kept)."""
+@functools.lru_cache(maxsize=16)
+def _jitted_init(config: BertConfig, length: int):
   inputs = dummy_inputs(config, 1, length)
   ids, mask = inputs.pop("input_ids"), inputs.pop("attention_mask")
-  return jax.jit(lambda r: BertLM(config).init(r, ids, mask, **inputs))(rng)
+  return jax.jit(lambda r: BertLM(config).init(r, ids, mask, **inputs))
+
+
+def init_variables(config: BertConfig, rng, length: int = 8):
+  """`BertLM(config).init` on dummy inputs: the boxed variables {"params": ...} (logical axis metadata kept)."""
+  return _jitted_init(config, length)(rng)
 
 
 def word_embeddings(params) -> jax.Array:

@@ -12,6 +12,7 @@ from typing import Any, Optional
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import jraph
 
 from evqa_jax.models import encoders
 
@@ -78,7 +79,10 @@ class OVQAModel(nn.Module):
     if self.verbalizer is None:
       return answers
     nodes = mean_subword_embeddings(word_emb, vocab["node_tokens"], vocab["node_token_mask"])
-    return self.verbalizer_module(vocab, nodes, answers)
+    graph = jraph.GraphsTuple(nodes=nodes, edges=None, globals=None, senders=vocab["senders"],
+                              receivers=vocab["receivers"], n_node=vocab["n_node"], n_edge=vocab["n_edge"])
+    del answers  # the graph's first A nodes are the answers themselves (same sub-word tokens)
+    return self.verbalizer_module(graph, vocab["answer_mask"].shape[0], vocab["is_base"])
 
   def __call__(self, batch, vocab=None, deterministic: bool = True):
     """-> logits `[batch, A]` (open: over the padded active vocabulary, padding at -inf) or `[batch, k]` (cvqa)."""

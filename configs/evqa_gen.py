@@ -1,0 +1,18 @@
+"""E-VQA on ST-Evidence-Gen: answer letter + temporal segments + masklets, scored by evqa_jax.evaluate.st_evidence.
+
+  python launch/train.py --config=configs/evqa_gen.py:demo --workdir=runs/evqa_gen_demo
+
+Variants (comma separated): demo (synthetic world, conv frame encoder, MiniLM-L6; ~4 CPU minutes), small (tests),
+bf16, no_readout (answer head without the evidence readout). Predictions land in
+<workdir>/eval/test_step<N>/{predictions.json, pred_masks/, metrics.json}.
+The demo reaches (2 CPU cores, 240 steps): see README / the E-VQA report table — answer accuracy, t-mean and J&F far
+above the trivial predictions of benchmarks/evqa_trivial_baselines.py.
+"""
+
+from configs import evqa_common
+
+VARIANTS = evqa_common.VARIANTS
+
+
+def get_config(arg=None):
+  return evqa_common.evqa_config("gen", arg, "configs/evqa_gen.py")

@@ -1,0 +1,142 @@
+"""VIOLIN experiment defaults (the authors' baseline on frozen BERT features), shared by the VIOLIN config files.
+
+Paper / authors' code settings: BERT-base text features (last layer, 768; the authors fine-tune BERT on VIOLIN
+statements and subtitles first, then freeze it), ResNet-101 pool5 frame features (2048, 3 fps, L2-normalised, at most
+256 frames) or C3D (4096), dropout 0.5, torch Adam with L2 weight decay 1e-5, lr 3e-4 (constant, no clipping),
+batch 256 pairs, 40 epochs.
+"""
+
+import ml_collections
+
+from configs import common
+
+VARIANTS = {"demo", "small", "c3d", "crossmodal", "cached", "bf16"}
+
+FEATURE_DIMS = {"resnet": 2048, "c3d": 4096}
+
+# A tiny BERT (random, frozen) with the MiniLM tokenizer's vocabulary: tests need the plumbing, not the semantics.
+TINY_BERT = dict(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                 hidden_act="gelu", max_position_embeddings=128, type_vocab_size=2, hidden_dropout_prob=0.1,
+                 attention_probs_dropout_prob=0.1, layer_norm_eps=1e-12, pad_token_id=0)
+
+
+def violin_config(arg, config_file: str = "configs/violin.py") -> ml_collections.ConfigDict:
+  variants = common.parse_variants(arg)
+  common.check_variants(variants, VARIANTS, config_file)
+  c = common.base_config()
+  c.task = "violin"
+  c.batch_size = 256
+  c.eval_batch_size = 256
+  c.total_epochs = 40
+  c.eval_every_epochs = 1
+  c.checkpoint_every_epochs = 1
+  c.log_every_steps = 50
+
+  feature = "c3d" if "c3d" in variants else "resnet"
+  c.data = ml_collections.ConfigDict(dict(
+      dir=f"~/data/evqa/violin/{feature}/records",  # python -m data_prep.violin ... --feature {feature} --out DIR
+      synthetic="",  # demo: the preset of the built-in synthetic world to generate when dir is empty
+      feature=feature, feature_dim=FEATURE_DIMS[feature],
+      max_frames=256,  # the converter's cap; longer videos are subsampled uniformly
+      max_statement_tokens=48,  # statements average 18 words
+      max_subtitle_tokens=256,  # all subtitle lines of the clip, concatenated (truncated beyond)
+      train_split="train", eval_splits=("validate", "test"),
+      text_cache_dir="",  # cached text features: default DATA_DIR/text_cache
+      text_cache_batch_size=64,
+      worker_count=0, on_corrupt="raise"))
+
+  c.model = ml_collections.ConfigDict(dict(
+      name="baseline",  # baseline | crossmodal
+      encoder="bert",
+      pretrained="~/models/bert-base-uncased",  # local HF checkpoint (the authors: BERT-base fine-tuned on VIOLIN)
+      tokenizer="",  # default: the pretrained directory
+      shape=None,  # explicit encoder architecture (tests); default: the checkpoint's config.json
+      encoder_seed=0,  # init of encoder parameters absent from the checkpoint (all of them without one)
+      text_features="online",  # online: the frozen encoder runs in the step; cached: run once per text, on disk
+      use_video=True, use_subtitles=True,  # Table 3 inputs; both False = statement only
+      single_frame=False,  # Table 3 "SglFrm": only the middle valid frame
+      middle_frame="lower",  # lower: index (len-1)//2 (ours); authors: len//2 (their violin_dataset.py)
+      subtitle_lstm=False,  # the authors project BERT subtitle features without an LSTM
+      dropout=0.5, dtype="float32",
+      trainable=("^baseline/",)))  # everything else (text_encoder/) is frozen
+
+  c.optim = ml_collections.ConfigDict(dict(
+      name="adam_l2", lr=3e-4, b1=0.9, b2=0.999, eps=1e-8, weight_decay=1e-5,
+      warmup_fraction=0.0, decay="constant", grad_clip=0.0))
+
+  if "crossmodal" in variants:
+    # The modern alternative: one BERT-family LM over [video tokens; statement [SEP] subtitles] + a classifier;
+    # visual projection, adapters, LayerNorms and the head train, the rest of the LM stays frozen.
+    c.model.name = "crossmodal"
+    c.model.dropout = 0.1
+    c.model.trainable = ("visual_proj", "adapter", "LayerNorm", "classifier")
+    c.data.max_frames = 32
+    c.optim.lr = 5e-5
+  if "cached" in variants:
+    c.model.text_features = "cached"
+  if "bf16" in variants:
+    c.model.dtype = "bfloat16"
+
+  if "demo" in variants or "small" in variants:
+    # The built-in synthetic world (data_prep/synthetic_violin.py): 512-d "ResNet-like" frames, 8..32 per clip.
+    c.data.dir = "data/synthetic_violin/records"
+    c.data.synthetic = "default"
+    c.data.feature = "resnet"
+    c.data.feature_dim = 512
+    c.data.max_frames = 32
+    c.data.max_statement_tokens = 16
+    c.data.max_subtitle_tokens = 72
+  if "demo" in variants:
+    # MiniLM-L6 (hidden 384) from PyPI as the frozen text encoder, its features cached once per text: CPU minutes.
+    c.model.pretrained = "pkg:minilm"
+    c.model.text_features = "cached" if c.model.name == "baseline" else "online"
+    c.batch_size = 64
+    c.eval_batch_size = 150
+    c.optim.lr = 1e-3
+    c.total_epochs = 12
+    c.eval_every_epochs = None
+    c.checkpoint_every_epochs = 4
+    c.log_every_steps = 20
+  if "small" in variants:  # tests: tiny world, tiny random frozen encoder, a handful of steps
+    c.data.dir = "data/synthetic_violin_small/records"
+    c.data.synthetic = "small"
+    c.data.max_subtitle_tokens = 48
+    c.model.pretrained = ""
+    c.model.tokenizer = "pkg:minilm"
+    c.model.shape = ml_collections.ConfigDict(TINY_BERT)
+    c.batch_size = 8
+    c.eval_batch_size = 16
+    c.total_epochs = None
+    c.total_steps = 4
+    c.eval_every_epochs = None
+    c.checkpoint_every_epochs = None
+    c.checkpoint_every_steps = 2
+    c.log_every_steps = 1
+  return c
+
+
+INPUT_POINTS = [
+    ("statement_only", dict(use_video=False, use_subtitles=False, single_frame=False)),
+    ("subtitles", dict(use_video=False, use_subtitles=True, single_frame=False)),
+    ("video", dict(use_video=True, use_subtitles=False, single_frame=False)),
+    ("both", dict(use_video=True, use_subtitles=True, single_frame=False)),
+    ("single_frame", dict(use_video=True, use_subtitles=True, single_frame=True)),
+]
+
+
+def violin_sweep(name: str, arg) -> dict:
+  """inputs: the Table 3 ablation (statement only, + subtitles, + video, + both, single middle frame + subtitles).
+
+  Columns: test accuracy; on the synthetic world also the test accuracy per statement type (visual facts, dialogue
+  facts, combined) and per kind of negative (minimal edit, adversarial matching).
+  """
+  variants = common.parse_variants(arg)
+  if name != "inputs":
+    raise ValueError(f"unknown sweep {name!r}: expected inputs")
+  points = [{"name": point, "overrides": {f"model.{k}": v for k, v in fields.items()}, "x": None}
+            for point, fields in INPUT_POINTS]
+  columns = [("accuracy", "test acc")]
+  if variants & {"demo", "small"}:
+    columns += [("accuracy_visual", "visual"), ("accuracy_dialogue", "dialogue"), ("accuracy_combined", "combined"),
+                ("accuracy_neg_edit", "edit neg"), ("accuracy_neg_adversarial", "adversarial neg")]
+  return {"points": points, "columns": columns, "split": "test", "x_label": None}
