@@ -50,7 +50,7 @@ def evqa_config(mode: str, arg, config_file: str) -> ml_collections.ConfigDict:
       num_layers=0,  # > 0: keep only the first N encoder layers (tests)
       use_adapters=True, adapter_reduction=8, dropout=0.1, dtype="float32",
       frame_encoder="clip",  # "clip" (pretrained ViT, frozen) or "conv" (small, from scratch)
-      frame=ml_collections.ConfigDict(dict(dim=64, patch_size=4, num_blocks=2)),  # conv frame encoder
+      frame=ml_collections.ConfigDict(dict(dim=64, patch_size=4, num_blocks=2, output_stride=2)),  # conv
       clip_pretrained="~/models/clip-vit-base-patch16",
       clip_shape=None,  # explicit CLIPVisionConfig fields instead of clip_pretrained's config.json
       temporal_dim=128, seg_dim=64, seg_heads=4, seg_mlp_dim=128, num_queries=2, answer_dim=128,

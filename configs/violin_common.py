@@ -57,6 +57,7 @@ def violin_config(arg, config_file: str = "configs/violin.py") -> ml_collections
       single_frame=False,  # Table 3 "SglFrm": only the middle valid frame
       middle_frame="lower",  # lower: index (len-1)//2 (ours); authors: len//2 (their violin_dataset.py)
       subtitle_lstm=False,  # the authors project BERT subtitle features without an LSTM
+      use_adapters=False,  # crossmodal: adapters in every LM layer (trainable)
       dropout=0.5, dtype="float32",
       trainable=("^baseline/",)))  # everything else (text_encoder/) is frozen
 
@@ -69,7 +70,8 @@ def violin_config(arg, config_file: str = "configs/violin.py") -> ml_collections
     # visual projection, adapters, LayerNorms and the head train, the rest of the LM stays frozen.
     c.model.name = "crossmodal"
     c.model.dropout = 0.1
-    c.model.trainable = ("visual_proj", "adapter", "LayerNorm", "classifier")
+    c.model.use_adapters = True
+    c.model.trainable = ("visual_proj", "visual_in", "adapter", "LayerNorm", "cls_head")
     c.data.max_frames = 32
     c.optim.lr = 5e-5
   if "cached" in variants:
@@ -83,23 +85,25 @@ def violin_config(arg, config_file: str = "configs/violin.py") -> ml_collections
     c.data.synthetic = "default"
     c.data.feature = "resnet"
     c.data.feature_dim = 512
-    c.data.max_frames = 32
-    c.data.max_statement_tokens = 16
-    c.data.max_subtitle_tokens = 72
+    c.data.max_frames = 12  # clips have 8..32 frames; facts span 40-80% of them, so 12 uniform samples keep them
+    c.data.max_statement_tokens = 14  # the world's statements have at most 13 MiniLM tokens
+    c.data.max_subtitle_tokens = 72  # ... and subtitles at most 67
   if "demo" in variants:
-    # MiniLM-L6 (hidden 384) from PyPI as the frozen text encoder, its features cached once per text: CPU minutes.
+    # MiniLM-L6 (hidden 384) from PyPI as the frozen text encoder, its features cached once per text; the LSTMs
+    # dominate the CPU time, so the demo trains one epoch (140 steps of 32 pairs): minutes per run on 2 cores.
     c.model.pretrained = "pkg:minilm"
     c.model.text_features = "cached" if c.model.name == "baseline" else "online"
-    c.batch_size = 64
+    c.batch_size = 32
     c.eval_batch_size = 150
     c.optim.lr = 1e-3
-    c.total_epochs = 12
+    c.total_epochs = 1
     c.eval_every_epochs = None
-    c.checkpoint_every_epochs = 4
+    c.checkpoint_every_epochs = 1
     c.log_every_steps = 20
   if "small" in variants:  # tests: tiny world, tiny random frozen encoder, a handful of steps
     c.data.dir = "data/synthetic_violin_small/records"
     c.data.synthetic = "small"
+    c.data.max_statement_tokens = 16
     c.data.max_subtitle_tokens = 48
     c.model.pretrained = ""
     c.model.tokenizer = "pkg:minilm"

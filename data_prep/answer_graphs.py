@@ -39,7 +39,8 @@ def main(argv=None) -> dict:
   parser.add_argument("--hops", type=int, default=2, help="K in Eq. 2")
   parser.add_argument("--min-sim", type=float, default=None, help="cosine cut-off for neighbours")
   parser.add_argument("--top-n", type=int, default=None, help="only the top-N most frequent words are candidates")
-  parser.add_argument("--glove", default="pkg:glove-6b-50d", help="word vectors: pkg:glove-6b-50d, a dir or a text file")
+  parser.add_argument("--glove", default="pkg:glove-6b-50d",
+                      help="word vectors: pkg:glove-6b-50d, a npy+parquet directory or a GloVe/word2vec text file")
   args = parser.parse_args(argv)
 
   vocab = read_vocab(os.path.join(args.data, "vocab.json"))

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from evqa_jax.graphs.answer_graph import AnswerGraph
-from evqa_jax.graphs.padding import pad_answers, pad_graph, receiver_budget
+from evqa_jax.graphs.padding import pad_answers, pad_graph, verbalizer_budget
 from evqa_jax.models.verbalizer import Verbalizer, canonical_variant, edge_attention
 
 D = 8
@@ -139,7 +139,7 @@ def test_padding_budget_changes_nothing():
     out = model.apply(params, g, budget[2])
     assert mask.sum() == 4 and mask[:4].all()
     np.testing.assert_array_equal(out[4:], 0.0)  # padded answer slots are isolated
-    grads = jax.grad(lambda p: jnp.sum(model.apply(p, g, budget[2])[:4] * cot))(params)
+    grads = jax.jit(jax.grad(lambda p: jnp.sum(model.apply(p, g, budget[2])[:4] * cot)))(params)
     results.append((np.asarray(out[:4]), grads))
   np.testing.assert_allclose(results[0][0], results[1][0], atol=1e-6)
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6), results[0][1], results[1][1])
@@ -206,8 +206,9 @@ def test_variants_against_numpy():
   soft = Verbalizer("C", eps=eps, mlp_dim=5)
   variables = soft.init(jax.random.PRNGKey(1), g, 4)
   rng = np.random.RandomState(3)
-  p = {"params": {"mlp": {"mlp_in": {"kernel": rng.randn(D, 5).astype(np.float32), "bias": rng.randn(5).astype(np.float32)},
-                          "mlp_out": {"kernel": rng.randn(5, D).astype(np.float32), "bias": rng.randn(D).astype(np.float32)}}}}
+  f32 = lambda *shape: rng.randn(*shape).astype(np.float32)
+  p = {"params": {"mlp": {"mlp_in": {"kernel": f32(D, 5), "bias": f32(5)},
+                          "mlp_out": {"kernel": f32(5, D), "bias": f32(D)}}}}
   mlp = p["params"]["mlp"]
   ref_c = hard + np.maximum(hard @ mlp["mlp_in"]["kernel"] + mlp["mlp_in"]["bias"], 0) @ mlp["mlp_out"]["kernel"] + \
       mlp["mlp_out"]["bias"]
@@ -231,22 +232,26 @@ def hop_graph():
   return AnswerGraph([f"w{i}" for i in range(n)], np.array(s), np.array(r), 2)
 
 
-@pytest.mark.parametrize("variant", ["gat", "graph_mean"])
-def test_num_receivers_padded_is_exact(variant):
+@pytest.mark.parametrize("variant", ["gat", "graph_mean", "hard"])
+def test_verbalizer_budget_skips_only_dead_work(variant):
   graph = hop_graph()
   feats = np.random.RandomState(20).randn(graph.num_nodes, D).astype(np.float32)
   budget = (24, 32, 4)
   g, _ = padded(graph, feats, budget)
-  r = receiver_budget(graph, max_answers=4, multiple=1)
-  assert r == 4 + 3  # answers padded to 4, then the three hop-1 nodes
-  model = Verbalizer(variant, eps=0.3)
+  fast_kw = verbalizer_budget(graph, max_answers=4, max_edges=32, multiple=1)
+  # Answers padded to 4 slots, then hop-1 nodes 2-4 at slots 4-6 receive; 9 edges + 5 self-loops go into slots < 7;
+  # 4 edges + 2 self-loops go into the answers.
+  assert fast_kw == {"num_receivers_padded": 7, "num_receiver_edges_padded": 14, "num_answer_edges_padded": 6}
+  assert verbalizer_budget(graph, max_answers=4, max_edges=32, multiple=8) == {
+      "num_receivers_padded": 8, "num_receiver_edges_padded": 16, "num_answer_edges_padded": 8}
+  model = Verbalizer(variant, eps=0.3, edge_chunk=4)
   params = random_params(21) if variant == "gat" else {}
   full = model.apply(params, g, 4)
-  fast = model.apply(params, g, 4, num_receivers_padded=r)
+  fast = model.apply(params, g, 4, **fast_kw)
   np.testing.assert_allclose(fast, full, atol=1e-6)
   if variant == "gat":
-    gf = jax.grad(lambda p: jnp.sum(model.apply(p, g, 4) ** 2))(params)
-    gr = jax.grad(lambda p: jnp.sum(model.apply(p, g, 4, num_receivers_padded=r) ** 2))(params)
+    gf = jax.jit(jax.grad(lambda p: jnp.sum(model.apply(p, g, 4) ** 2)))(params)
+    gr = jax.jit(jax.grad(lambda p: jnp.sum(model.apply(p, g, 4, **fast_kw) ** 2)))(params)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5), gf, gr)
 
 

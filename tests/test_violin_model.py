@@ -28,6 +28,25 @@ def _inputs(seed=0, batch=3, ls=6, lu=7, t=8, s_len=(6, 3, 1), u_len=(7, 2, 5), 
       video=r.randn(batch, t, FEAT_DIM).astype(np.float32), video_mask=_mask(v_len, t))
 
 
+def _np_params(model, x, seed=0):
+  """Parameters with PyTorch-like U(+-1/sqrt(fan_in)) values drawn in numpy: the shapes come from
+  `jax.eval_shape(model.init)`, so no RNG kernels have to be compiled (XLA's threefry compile is slow on CPU)."""
+  r = np.random.RandomState(seed)
+  shapes = nn.meta.unbox(jax.eval_shape(lambda: model.init(jax.random.key(0), **x)))
+
+  def fill(path, leaf):
+    names = [getattr(k, "key", None) for k in path]
+    fan_in = leaf.shape[-1] if "cell" in names else (leaf.shape[0] if len(leaf.shape) == 2 else 64)
+    bound = 1.0 / np.sqrt(fan_in)
+    return jnp.asarray(r.uniform(-bound, bound, leaf.shape).astype(np.float32))
+
+  return jax.tree_util.tree_map_with_path(fill, shapes)
+
+
+def _jx(x):
+  return {k: jnp.asarray(v) for k, v in x.items()}
+
+
 # --------------------------------------------------------------------------------------------- attention
 
 def _np_softmax(x):
@@ -81,24 +100,24 @@ def test_bilstm_matches_torch_packed_and_ignores_padding():
   x = r.randn(4, 6, in_dim).astype(np.float32)
   lengths = np.array([6, 1, 4, 2])
   ref_out, ref_last = _torch_bilstm(lstm, x, lengths)
-  model = BiLSTM(hidden)
-  out, last = model.apply(params, jnp.asarray(x), jnp.asarray(lengths))
+  apply = jax.jit(BiLSTM(hidden).apply)
+  out, last = apply(params, jnp.asarray(x), jnp.asarray(lengths))
   np.testing.assert_allclose(np.asarray(out), ref_out, rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose(np.asarray(last), ref_last, rtol=1e-5, atol=1e-5)
   # Each sequence on its own, unpadded: the same states.
-  for b, n in enumerate(lengths):
-    single_out, single_last = model.apply(params, jnp.asarray(x[b:b + 1, :n]), jnp.asarray([n]))
+  for b, n in list(enumerate(lengths))[1:3]:
+    single_out, single_last = apply(params, jnp.asarray(x[b:b + 1, :n]), jnp.asarray([n]))
     np.testing.assert_allclose(np.asarray(single_out)[0], ref_out[b, :n], rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(np.asarray(single_last)[0], ref_last[b], rtol=1e-5, atol=1e-5)
   # Longer padding holding garbage (even NaN) changes nothing.
   x_long = np.concatenate([x, np.full((4, 3, in_dim), np.nan, np.float32)], axis=1)
   x_long[:, :6][_mask(lengths, 6) == 0] = 1e3
-  out2, last2 = model.apply(params, jnp.asarray(x_long), jnp.asarray(lengths))
+  out2, last2 = apply(params, jnp.asarray(x_long), jnp.asarray(lengths))
   np.testing.assert_allclose(np.asarray(out2)[:, :6], np.asarray(out), rtol=1e-6, atol=1e-6)
   assert np.all(np.asarray(out2)[:, 6:] == 0.0)
   np.testing.assert_allclose(np.asarray(last2), np.asarray(last), rtol=1e-6, atol=1e-6)
   # Length 0 gives zeros, not a stale state.
-  out0, last0 = model.apply(params, jnp.asarray(x[:1]), jnp.asarray([0]))
+  out0, last0 = apply(params, jnp.asarray(x[:1]), jnp.asarray([0]))
   assert np.all(np.asarray(out0) == 0.0) and np.all(np.asarray(last0) == 0.0)
 
 
@@ -198,7 +217,7 @@ def test_matches_pytorch_reference_of_authors_model(streams):
   init_shapes = jax.tree.map(jnp.shape, nn.meta.unbox(jax.eval_shape(
       lambda: model.init(jax.random.key(0), **{k: jnp.asarray(v) for k, v in x.items()}))))
   assert jax.tree.map(np.shape, variables) == init_shapes
-  got = model.apply(variables, **{k: jnp.asarray(v) for k, v in x.items()})
+  got = jax.jit(model.apply)(variables, **_jx(x))
   np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-5)
 
 
@@ -213,15 +232,14 @@ ABLATIONS = [dict(use_video=True, use_subtitles=True), dict(use_video=True, use_
 @pytest.mark.parametrize("kw", ABLATIONS, ids=lambda kw: "-".join(k for k, v in kw.items() if v) or "stmt")
 def test_ablation_outputs_and_unused_inputs(kw):
   model = ViolinBaseline(FEAT_DIM, TEXT_DIM, **kw)
-  x = {k: jnp.asarray(v) for k, v in _inputs(seed=5).items()}
-  variables = model.init(jax.random.key(1), **x)
-  base = np.asarray(model.apply(variables, **x))
+  x = _jx(_inputs(seed=5))
+  variables = _np_params(model, x, seed=1)
+  apply = jax.jit(model.apply)   # one compile, reused for every perturbation (same shapes)
+  base = np.asarray(apply(variables, **x))
   assert base.shape == (3,) and base.dtype == np.float32 and np.all(np.isfinite(base))
-  dropped = model.apply(variables, **x, deterministic=False, rngs={"dropout": jax.random.key(2)})
-  assert np.all(np.isfinite(np.asarray(dropped))) and np.any(np.asarray(dropped) != base)
 
   def perturbed(**changes):
-    return np.asarray(model.apply(variables, **{**x, **changes}))
+    return np.asarray(apply(variables, **{**x, **changes}))
 
   r = np.random.RandomState(6)
   new_sub = jnp.asarray(r.randn(*x["subtitles"].shape).astype(np.float32))
@@ -235,37 +253,69 @@ def test_ablation_outputs_and_unused_inputs(kw):
   else:
     np.testing.assert_array_equal(perturbed(subtitles=new_sub, subtitle_mask=jnp.zeros_like(x["subtitle_mask"])),
                                   base)
-    np.testing.assert_array_equal(model.apply(variables, x["statement"], x["statement_mask"], None, None,
-                                              x["video"], x["video_mask"]), base)
   if kw.get("use_video"):
     assert np.any(np.abs(perturbed(video=new_vid) - base) > 1e-6)
   else:
     np.testing.assert_array_equal(perturbed(video=new_vid, video_mask=jnp.ones_like(x["video_mask"])), base)
-  if not kw.get("use_video") and not kw.get("use_subtitles"):
-    assert set(variables["params"]) == {"text_fc", "final_fc1", "final_fc2"}
-    assert variables["params"]["final_fc1"]["kernel"].value.shape == (300, 300)
-  # Every parameter carries logical axis names, one per dimension.
+
+
+def test_statement_only_params_init_and_dropout():
+  """Real initialisation (PyTorch-like bounds, logical axis names), the authors' statement-only MLP widths, the
+  disabled inputs may be None, and dropout is active only when deterministic=False."""
+  model = ViolinBaseline(FEAT_DIM, TEXT_DIM, use_video=False, use_subtitles=False)
+  x = _jx(_inputs(seed=5))
+  variables = jax.jit(lambda k: model.init(k, x["statement"], x["statement_mask"]))(jax.random.key(1))
+  params = variables["params"]
+  assert set(params) == {"text_fc", "final_fc1", "final_fc2"}
+  assert params["text_fc"]["kernel"].names == ("embed", "mlp")
   for leaf in jax.tree.leaves(variables, is_leaf=lambda v: isinstance(v, nn.Partitioned)):
     assert isinstance(leaf, nn.Partitioned) and len(leaf.names) == leaf.value.ndim
+  for name, fan_in, fan_out in (("text_fc", TEXT_DIM, 300), ("final_fc1", 300, 300), ("final_fc2", 300, 1)):
+    kernel, bias = np.asarray(params[name]["kernel"].value), np.asarray(params[name]["bias"].value)
+    assert kernel.shape == (fan_in, fan_out) and bias.shape == (fan_out,)
+    bound = 1 / np.sqrt(fan_in)
+    assert np.abs(kernel).max() <= bound and np.abs(kernel).max() > 0.8 * bound
+    assert np.abs(bias).max() <= bound and np.any(bias != 0)
+  base = model.apply(variables, x["statement"], x["statement_mask"], None, None, None, None)
+  np.testing.assert_array_equal(model.apply(variables, **x), base)
+  dropped = model.apply(variables, **x, deterministic=False, rngs={"dropout": jax.random.key(2)})
+  assert np.all(np.isfinite(np.asarray(dropped))) and np.any(np.asarray(dropped) != np.asarray(base))
 
 
-@pytest.mark.parametrize("rule,expected", [("lower", [3, 2, 0, 0]), ("authors", [4, 2, 1, 0])])
-def test_single_frame_uses_middle_valid_frame(rule, expected):
-  np.testing.assert_array_equal(middle_frame_index(jnp.array([8, 5, 2, 0]), rule), expected)
-  model = ViolinBaseline(FEAT_DIM, TEXT_DIM, single_frame=True, middle_frame=rule)
+def test_full_model_logical_axes():
+  model = ViolinBaseline(FEAT_DIM, TEXT_DIM, subtitle_lstm=True)
+  boxed = jax.eval_shape(lambda: model.init(jax.random.key(0), **_jx(_inputs())))
+  leaves = jax.tree.leaves(boxed, is_leaf=lambda v: isinstance(v, nn.Partitioned))
+  assert len(leaves) == 4 + 3 * 2 * 12 + 4   # text_fc, video_fc, 3 BiLSTMs x 2 directions x 12, final MLP
+  for leaf in leaves:
+    assert isinstance(leaf, nn.Partitioned) and len(leaf.names) == len(leaf.value.shape)
+    assert all(n in (None, "embed", "mlp") for n in leaf.names)
+  fusion = boxed["params"]["fusion_lstm"]["forward"]["cell"]
+  assert fusion["ii"]["kernel"].value.shape == (1500, 300) and fusion["ii"]["kernel"].names == ("embed", "mlp")
+
+
+def test_single_frame_uses_middle_valid_frame():
+  lengths = jnp.array([8, 5, 2, 1, 0])
+  np.testing.assert_array_equal(middle_frame_index(lengths, "authors"), [4, 2, 1, 0, 0])  # int(len / 2)
+  expected = [3, 2, 0, 0, 0]   # (len - 1) // 2, clipped at 0 for an empty clip
+  np.testing.assert_array_equal(middle_frame_index(lengths, "lower"), expected)
+  with pytest.raises(ValueError, match="middle_frame"):
+    middle_frame_index(lengths, "centre")
+  model = ViolinBaseline(FEAT_DIM, TEXT_DIM, single_frame=True)
   full = ViolinBaseline(FEAT_DIM, TEXT_DIM)
-  x = {k: jnp.asarray(v) for k, v in _inputs(seed=7).items()}   # video lengths 8, 5, 2
-  variables = model.init(jax.random.key(3), **x)
-  got = np.asarray(model.apply(variables, **x))
+  x = _jx(_inputs(seed=7))   # video lengths 8, 5, 2
+  variables = _np_params(model, x, seed=3)
+  apply = jax.jit(model.apply)
+  got = np.asarray(apply(variables, **x))
   idx = np.asarray(expected[:3])
   one = jnp.asarray(np.asarray(x["video"])[np.arange(3), idx][:, None])
-  want = np.asarray(full.apply(variables, **{**x, "video": one, "video_mask": jnp.ones((3, 1), jnp.int32)}))
+  want = np.asarray(jax.jit(full.apply)(variables, **{**x, "video": one, "video_mask": jnp.ones((3, 1), jnp.int32)}))
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
   other = np.asarray(x["video"]).copy()
   keep = other[np.arange(3), idx].copy()
   other[:] = 5.0
   other[np.arange(3), idx] = keep
-  np.testing.assert_allclose(np.asarray(model.apply(variables, **{**x, "video": jnp.asarray(other)})), got,
+  np.testing.assert_allclose(np.asarray(apply(variables, **{**x, "video": jnp.asarray(other)})), got,
                              rtol=1e-6, atol=1e-7)
 
 
@@ -281,12 +331,13 @@ def test_bad_inputs_raise_clear_errors():
 
 
 def test_bfloat16_compute_is_finite():
-  model = ViolinBaseline(FEAT_DIM, TEXT_DIM, dtype=jnp.bfloat16)
-  x = {k: jnp.asarray(v) for k, v in _inputs().items()}
-  variables = model.init(jax.random.key(0), **x)
-  assert all(v.dtype == jnp.float32 for v in jax.tree.leaves(nn.meta.unbox(variables)))
-  out = model.apply(variables, **x)
-  ref = ViolinBaseline(FEAT_DIM, TEXT_DIM).apply(variables, **x)
+  model = ViolinBaseline(FEAT_DIM, TEXT_DIM, use_video=False, dtype=jnp.bfloat16)
+  x = _jx(_inputs())
+  shapes = jax.eval_shape(lambda: model.init(jax.random.key(0), **x))
+  assert all(v.dtype == jnp.float32 for v in jax.tree.leaves(nn.meta.unbox(shapes)))
+  variables = _np_params(model, x)
+  out = jax.jit(model.apply)(variables, **x)
+  ref = jax.jit(ViolinBaseline(FEAT_DIM, TEXT_DIM, use_video=False).apply)(variables, **x)
   assert out.dtype == jnp.float32 and np.all(np.isfinite(np.asarray(out)))
   np.testing.assert_allclose(np.asarray(out), np.asarray(ref), atol=5e-2)
 
@@ -308,11 +359,14 @@ def test_paired_loss_and_accuracy_by_hand():
 
 # --------------------------------------------------------------------------------------------- training
 
+STEPS = 40
+
+
 def test_adam_training_separates_a_synthetic_problem():
   """Positive statements repeat the clip's topic (seen in subtitles and video), negatives another clip's topic:
   solvable only by comparing the statement with its context."""
   r = np.random.RandomState(8)
-  n, ls, lu, t = 16, 4, 5, 4
+  n, ls, lu, t = 8, 3, 4, 3
   topics = r.randn(n, TEXT_DIM).astype(np.float32)
   proj = r.randn(TEXT_DIM, FEAT_DIM).astype(np.float32) / np.sqrt(TEXT_DIM)
   noise = lambda *shape: 0.3 * r.randn(*shape).astype(np.float32)
@@ -324,15 +378,16 @@ def test_adam_training_separates_a_synthetic_problem():
   batch, pos, neg = ({k: jnp.asarray(v) for k, v in d.items()} for d in (batch, pos, neg))
 
   model = ViolinBaseline(FEAT_DIM, TEXT_DIM, dropout=0.1)
-  params = nn.meta.unbox(model.init(jax.random.key(0), **batch, **pos))["params"]
-  tx = optax.adamw(3e-4, weight_decay=1e-5)
+  # Positives and negatives share the context, so one forward pass over the stacked batch scores both.
+  both = {**{k: jnp.concatenate([v, v]) for k, v in batch.items()},
+          **{k: jnp.concatenate([pos[k], neg[k]]) for k in pos}}
+  params = _np_params(model, both, seed=0)["params"]
+  tx = optax.adamw(3e-4, weight_decay=1e-5)   # the authors' learning rate and weight decay
   opt_state = tx.init(params)
 
   def loss_fn(params, key, deterministic):
-    k1, k2 = jax.random.split(key)
-    lp = model.apply({"params": params}, **batch, **pos, deterministic=deterministic, rngs={"dropout": k1})
-    ln = model.apply({"params": params}, **batch, **neg, deterministic=deterministic, rngs={"dropout": k2})
-    return paired_loss(lp, ln), (lp, ln)
+    logits = model.apply({"params": params}, **both, deterministic=deterministic, rngs={"dropout": key})
+    return paired_loss(logits[:n], logits[n:]), (logits[:n], logits[n:])
 
   @jax.jit
   def step(params, opt_state, key):
@@ -343,10 +398,10 @@ def test_adam_training_separates_a_synthetic_problem():
   evaluate = jax.jit(lambda p: loss_fn(p, jax.random.key(0), True))
   loss0, _ = evaluate(params)
   key = jax.random.key(1)
-  for _ in range(150):
+  for _ in range(STEPS):
     key, sub = jax.random.split(key)
     params, opt_state, _ = step(params, opt_state, sub)
   loss1, (lp, ln) = evaluate(params)
   correct, total = violin_accuracy(lp, ln)
-  assert float(loss1) < 0.1 * float(loss0), (float(loss0), float(loss1))
+  assert float(loss1) < 0.05 * float(loss0), (float(loss0), float(loss1))
   assert int(correct) == int(total) == 2 * n

@@ -36,18 +36,30 @@ def graph_budget(*graphs: AnswerGraph, multiple: int = 128):
   return max_nodes, max_edges, max_answers
 
 
-def receiver_budget(*graphs: AnswerGraph, max_answers: int, multiple: int = 128) -> int:
-  """Static bound R for `Verbalizer(num_receivers_padded=R)`: in every padded graph, all edges into nodes >= R are
-  self-loops. For a K-hop answer graph these are the last hop's words (they only send), so R is about
-  max_answers + |V^(K-1)| - |V|, well below the node count."""
+def verbalizer_budget(*graphs: AnswerGraph, max_answers: int, max_edges: int, multiple: int = 128) -> dict:
+  """Static bounds that let `Verbalizer` skip work, valid for every graph padded by `pad_graph` to these budgets.
+
+  Returns keyword arguments for `Verbalizer.__call__`:
+    num_receivers_padded R: every edge into a node >= R is a self-loop (for a K-hop answer graph these nodes are the
+      last hop's words, which only send), so inner layers update nodes [0, R) only;
+    num_receiver_edges_padded: all edges into nodes < R lie in this prefix of the receiver-sorted padded edges;
+    num_answer_edges_padded: all edges into answer slots lie in this prefix (the last layer reads only those).
+  """
   if not graphs:
-    raise ValueError("receiver_budget needs at least one graph")
+    raise ValueError("verbalizer_budget needs at least one graph")
   bound = max_answers
   for g in graphs:
     recv = g.receivers[g.senders != g.receivers]
     if recv.size:
       bound = max(bound, int(node_positions(g, max_answers)[recv].max()) + 1)
-  return _round_up(bound, multiple)
+  receivers = _round_up(bound, multiple)
+  into_receivers = max(int(np.sum(node_positions(g, max_answers)[g.receivers] < receivers)) for g in graphs)
+  into_answers = max(int(np.sum(g.receivers < g.num_answers)) for g in graphs)
+  return {
+      "num_receivers_padded": receivers,
+      "num_receiver_edges_padded": min(_round_up(into_receivers, multiple), max_edges),
+      "num_answer_edges_padded": min(_round_up(into_answers, multiple), max_edges),
+  }
 
 
 def node_positions(graph: AnswerGraph, max_answers: int) -> np.ndarray:

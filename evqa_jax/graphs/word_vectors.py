@@ -92,13 +92,14 @@ def _read_text_vectors(path: str, max_words: Optional[int]) -> WordVectors:
         raise ValueError(f"{path}:{line_no}: expected `word v1 ... vd`, got {line[:80]!r}")
       if dim is None:
         dim = len(parts) - 1
-      if len(parts) - 1 != dim:
+      if len(parts) - 1 < dim:
         raise ValueError(f"{path}:{line_no}: {len(parts) - 1} values for word {parts[0]!r}, expected {dim}")
+      word = " ".join(parts[:len(parts) - dim])  # a few GloVe releases have tokens containing spaces
       try:
-        rows.append(np.asarray(parts[1:], np.float32))
+        rows.append(np.asarray(parts[len(parts) - dim:], np.float32))
       except ValueError as e:
-        raise ValueError(f"{path}:{line_no}: non-numeric vector for word {parts[0]!r}") from e
-      words.append(parts[0])
+        raise ValueError(f"{path}:{line_no}: non-numeric vector for word {word!r} (expected {dim} values)") from e
+      words.append(word)
       if max_words is not None and len(words) >= max_words:
         break
   if not words:

@@ -185,26 +185,53 @@ class BertEmbeddings(nn.Module):
     return self.word_embeddings.attend(x)
 
 
+class _HeadsProjection(nn.Module):
+  """`[batch, S, hidden]` -> `[batch, heads, S, head_dim]` (kernel `[embed, heads, kv]`, HF Linear reshaped).
+
+  Producing the heads-major layout in the projection einsum lets XLA feed the attention matmuls without separate
+  transposes (measurably faster on CPU than DenseGeneral's `[batch, S, heads, head_dim]`).
+  """
+  config: BertConfig
+
+  @nn.compact
+  def __call__(self, x):
+    cfg = self.config
+    shape = (cfg.hidden_size, cfg.num_attention_heads, cfg.head_dim)
+    kernel = self.param("kernel", _kernel(cfg, ("embed", "heads", "kv")), shape, cfg.param_dtype)
+    bias = self.param("bias", _zeros(("heads", "kv")), shape[1:], cfg.param_dtype)
+    y = jnp.einsum("bsh,hnd->bnsd", x.astype(cfg.dtype), kernel.astype(cfg.dtype))
+    return y + bias.astype(cfg.dtype)[None, :, None, :]
+
+
+class _HeadsMerge(nn.Module):
+  """`[batch, heads, S, head_dim]` -> `[batch, S, hidden]` (kernel `[heads, kv, embed]`): the attention output dense."""
+  config: BertConfig
+
+  @nn.compact
+  def __call__(self, context):
+    cfg = self.config
+    shape = (cfg.num_attention_heads, cfg.head_dim, cfg.hidden_size)
+    kernel = self.param("kernel", _kernel(cfg, ("heads", "kv", "embed")), shape, cfg.param_dtype)
+    bias = self.param("bias", _zeros(("embed",)), (cfg.hidden_size,), cfg.param_dtype)
+    return jnp.einsum("bnsd,nde->bse", context, kernel.astype(cfg.dtype)) + bias.astype(cfg.dtype)
+
+
 class BertSelfAttention(nn.Module):
-  """Multi-head self-attention context `[batch, S, heads, head_dim]` (before the output dense)."""
+  """Multi-head self-attention context `[batch, heads, S, head_dim]` (before the output dense)."""
   config: BertConfig
 
   @nn.compact
   def __call__(self, x, mask_bias, deterministic: bool = True):
     cfg = self.config
-    proj = functools.partial(
-        nn.DenseGeneral, features=(cfg.num_attention_heads, cfg.head_dim), axis=-1, dtype=cfg.dtype,
-        param_dtype=cfg.param_dtype, kernel_init=_kernel(cfg, ("embed", "heads", "kv")),
-        bias_init=_zeros(("heads", "kv")))
     # Scaling q (b*S*H values) is cheaper than scaling the scores (b*heads*S*S).
-    q = proj(name="query")(x) * jnp.asarray(1.0 / np.sqrt(cfg.head_dim), cfg.dtype)
-    k = proj(name="key")(x)
-    v = proj(name="value")(x)
-    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32)
+    q = _HeadsProjection(cfg, name="query")(x) * jnp.asarray(1.0 / np.sqrt(cfg.head_dim), cfg.dtype)
+    k = _HeadsProjection(cfg, name="key")(x)
+    v = _HeadsProjection(cfg, name="value")(x)
+    scores = jnp.einsum("bnqd,bnkd->bnqk", q, k, preferred_element_type=jnp.float32)
     probs = jax.nn.softmax(scores + mask_bias, axis=-1).astype(cfg.dtype)
     if not deterministic and cfg.attention_probs_dropout_prob > 0:
       probs = nn.Dropout(cfg.attention_probs_dropout_prob)(probs, deterministic=False)
-    return jnp.einsum("bhqk,bkhd->bqhd", probs, v)
+    return jnp.einsum("bnqk,bnkd->bnqd", probs, v)
 
 
 class BertSelfOutput(nn.Module):
@@ -213,10 +240,9 @@ class BertSelfOutput(nn.Module):
 
   @nn.compact
   def __call__(self, context, residual, deterministic: bool = True):
+    """context `[batch, heads, S, head_dim]`, residual `[batch, S, hidden]`."""
     cfg = self.config
-    h = nn.DenseGeneral(cfg.hidden_size, axis=(-2, -1), dtype=cfg.dtype, param_dtype=cfg.param_dtype,
-                        name="dense", kernel_init=_kernel(cfg, ("heads", "kv", "embed")),
-                        bias_init=_zeros(("embed",)))(context)
+    h = _HeadsMerge(cfg, name="dense")(context)
     if cfg.use_adapters:
       h = Adapter(cfg.hidden_size, cfg.adapter_reduction, cfg.adapter_dropout, dtype=cfg.dtype,
                   param_dtype=cfg.param_dtype, name="adapter_attn")(h, deterministic=deterministic)

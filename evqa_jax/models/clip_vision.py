@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from evqa_jax.models import hf_utils
+from evqa_jax.models.evidence_heads import HeadProjection
 
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -148,18 +149,18 @@ class CLIPAttention(nn.Module):
   @nn.compact
   def __call__(self, x):
     cfg = self.config
-    proj = functools.partial(nn.DenseGeneral, features=(cfg.num_attention_heads, cfg.head_dim), axis=-1,
-                             dtype=cfg.dtype, param_dtype=cfg.param_dtype,
-                             kernel_init=_kernel(cfg, ("embed", "heads", "kv")), bias_init=_zeros(("heads", "kv")))
+    proj = functools.partial(HeadProjection, (cfg.num_attention_heads, cfg.head_dim), ("embed", "heads", "kv"),
+                             ("heads", "kv"), init_std=cfg.initializer_range, dtype=cfg.dtype,
+                             param_dtype=cfg.param_dtype)
     q = proj(name="q_proj")(x) * jnp.asarray(cfg.head_dim ** -0.5, cfg.dtype)
     k = proj(name="k_proj")(x)
     v = proj(name="v_proj")(x)
     scores = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32)
     probs = jax.nn.softmax(scores, axis=-1).astype(cfg.dtype)
     ctx = jnp.einsum("bhqk,bkhd->bqhd", probs, v)
-    return nn.DenseGeneral(cfg.hidden_size, axis=(-2, -1), dtype=cfg.dtype, param_dtype=cfg.param_dtype,
-                           kernel_init=_kernel(cfg, ("heads", "kv", "embed")), bias_init=_zeros(("embed",)),
-                           name="out_proj")(ctx)
+    return HeadProjection((cfg.hidden_size,), ("heads", "kv", "embed"), ("embed",), to_heads=False,
+                          init_std=cfg.initializer_range, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
+                          name="out_proj")(ctx)
 
 
 class CLIPMLP(nn.Module):

@@ -37,7 +37,7 @@ import json
 import math
 import os
 import re
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 import flax.linen as nn
 import jax
@@ -571,10 +571,8 @@ class DebertaV2LM(nn.Module):
       head(hidden[:, :1])
     if not (decode or mask_index is not None):
       return out
-    word_emb = None
     if decode:
       word_emb = nn.meta.unbox(model.embeddings.variables["params"]["word_embeddings"]["embedding"])
-    if decode:
       dec = model.enhanced_mask_decode(prev, pos, None, valid, deterministic) if cfg.uses_emd else hidden
       feats, out["logits"] = head(dec, word_emb)
       if mask_index is not None:
@@ -632,7 +630,9 @@ def _rules(config: DebertaV2Config) -> Dict[str, hf_utils.Rule]:
   enc = "deberta/encoder"
   rules[f"{enc}/rel_embeddings/embedding"] = R(("encoder.rel_embeddings.weight",))
   layer_norm(f"{enc}/LayerNorm", "encoder.LayerNorm")
-  rules[f"{enc}/conv/conv/kernel"] = R(("encoder.conv.conv.weight",), lambda w: np.ascontiguousarray(w.transpose(2, 1, 0)))
+  # Conv1d weight [out, in / groups, k] -> flax [k, in / groups, out].
+  rules[f"{enc}/conv/conv/kernel"] = R(("encoder.conv.conv.weight",),
+                                       lambda w: np.ascontiguousarray(w.transpose(2, 1, 0)))
   rules[f"{enc}/conv/conv/bias"] = R(("encoder.conv.conv.bias",))
   layer_norm(f"{enc}/conv/LayerNorm", "encoder.conv.LayerNorm")
   hk, hb = _heads_kernel(config), _heads_bias(config)
@@ -682,26 +682,47 @@ def _canonical(ckpt: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
   return out
 
 
-def _expected(config: DebertaV2Config, init_params):
-  if init_params is not None:
-    return hf_utils.flatten_params(hf_utils.params_of(init_params)), True
-  model = DebertaV2LM(config)
+def _dummy_inputs(config: DebertaV2Config):
   seq = max(1, min(4, config.max_position_embeddings - config.num_visual_tokens))
-  ids = jnp.zeros((1, seq), jnp.int32)
-  shapes = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), ids, jnp.ones((1, seq), jnp.int32)))
-  return hf_utils.flatten_params(hf_utils.params_of(shapes)), False
+  kw = {}
+  if config.num_visual_tokens:
+    kw["visual"] = jnp.zeros((1, config.num_visual_tokens, config.visual_dim), config.dtype)
+  return (jnp.zeros((1, seq), jnp.int32), jnp.ones((1, seq), jnp.int32)), kw
+
+
+def init_variables(config: DebertaV2Config, rng) -> Dict[str, Any]:
+  """DebertaV2LM(config).init on dummy inputs (boxed with logical axis names); every parameter is created."""
+  model = DebertaV2LM(config)
+  args, kw = _dummy_inputs(config)
+  return jax.jit(lambda key: model.init(key, *args, **kw))(rng)
 
 
 def _load(config, ckpt, source, init_params):
-  expected, have_init = _expected(config, init_params)
-  init_flat = expected if have_init else None
-  flat, report = hf_utils.assemble(expected, _canonical(ckpt), _rules(config), source, init=init_flat,
-                                   ignore=_IGNORE)
+  ckpt, rules = _canonical(ckpt), _rules(config)
+  notes = []
+  if init_params is None:
+    model = DebertaV2LM(config)
+    args, kw = _dummy_inputs(config)
+    shapes = hf_utils.flatten_params(hf_utils.params_of(jax.eval_shape(lambda: model.init(
+        jax.random.PRNGKey(0), *args, **kw))))
+    if any(p not in rules or not all(k in ckpt for k in rules[p].keys) for p in shapes):
+      init_params = init_variables(config, jax.random.PRNGKey(0))
+      notes.append("no init_params given: parameters absent from the checkpoint initialised with PRNGKey(0)")
+  if init_params is None:
+    expected, init_flat = shapes, None
+  else:
+    expected = init_flat = hf_utils.flatten_params(hf_utils.params_of(init_params))
+  flat, report = hf_utils.assemble(expected, ckpt, rules, source, init=init_flat, ignore=_IGNORE)
+  report.notes.extend(notes)
+  abstract = [p for p in report.missing if isinstance(flat[p], jax.ShapeDtypeStruct)]
+  if abstract:
+    raise ValueError(f"{source}: parameters absent from the checkpoint and init_params holds only their shapes "
+                     f"(jax.eval_shape output): {', '.join(abstract)}")
   if config.uses_emd and "deberta/embeddings/position_embeddings/embedding" in report.missing:
     report.notes.append("absolute position embeddings are absent (transformers drops them when "
                         "position_biased_input is false) but the enhanced mask decoder needs them: they come from "
                         "init_params, so mask_feature/logits are not the pretrained model's")
-  return {"params": hf_utils.unflatten_params(flat)}, report
+  return jax.tree.map(jnp.asarray, hf_utils.unflatten_params(flat)), report
 
 
 def load_hf_params(config: DebertaV2Config, path: str, init_params=None):
@@ -710,7 +731,9 @@ def load_hf_params(config: DebertaV2Config, path: str, init_params=None):
   Accepts transformers' DebertaV2Model / DebertaV2ForMaskedLM (legacy 'cls.predictions' or 'lm_predictions'
   head) and the original Microsoft checkpoints (which carry position_embeddings for the EMD). Parameters absent
   from the checkpoint (visual_proj, adapters, head, ...) come from `init_params` (model.init output or a params
-  tree); without it any absent parameter is an error. Returns ({"params": tree}, hf_utils.LoadReport).
+  tree, boxed or not); when it is None they come from `init_variables(config, PRNGKey(0))` (only computed when
+  something is absent). Returns (params, report): the plain (unboxed) params tree, to be used as
+  `DebertaV2LM(config).apply({"params": params}, ...)`, and an `hf_utils.LoadReport`.
   """
   return _load(config, hf_utils.read_checkpoint(path), path, init_params)
 
@@ -719,7 +742,8 @@ def load_frozenbilm_checkpoint(config: DebertaV2Config, path: str, init_params=N
   """Reads a FrozenBiLM training checkpoint ({"model": state_dict, "optimizer": ..., "args": Namespace}, torch.save)
   of DebertaV2ForMaskedLM: deberta.* with embeddings.linear_video and attention.output.adapter / output.adapter,
   lm_predictions.lm_head.*; answer_embeddings/answer_bias are reported unused. The file is unpickled with
-  trusted=True (it pickles an argparse Namespace): only load files you trust. Returns ({"params": tree}, report).
+  trusted=True (it pickles an argparse Namespace): only load files you trust. Returns (params tree, report) as
+  `load_hf_params`.
   """
   ckpt = hf_utils.read_checkpoint(path, trusted=True)
   flat = _canonical(ckpt)

@@ -24,6 +24,7 @@ from typing import Any, Tuple
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 def _dense(features, names, name, dtype, init_std=None):
@@ -63,6 +64,39 @@ class TemporalHead(nn.Module):
     return logits.astype(jnp.float32)
 
 
+class HeadProjection(nn.Module):
+  """x `[..., in]` -> `[..., heads, head_dim]` (kernel `[in, heads, head_dim]`), or with `to_heads=False`
+  `[..., heads, head_dim]` -> `[..., out]`.
+
+  Written out instead of nn.DenseGeneral: DenseGeneral creates its kernel flat and reshapes it, so a 3-name logical
+  box sees a rank-2 value and fails under a mesh (jax.set_mesh) when flax re-derives the parameter's shape.
+  """
+  features: tuple
+  names: tuple
+  bias_names: tuple
+  to_heads: bool = True
+  init_std: float = 0.0  # 0: 1 / sqrt(fan_in)
+  dtype: Any = jnp.float32
+  param_dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x):
+    if self.to_heads:
+      shape = (x.shape[-1],) + tuple(self.features)
+      fan_in = x.shape[-1]
+    else:
+      shape = tuple(x.shape[-2:]) + tuple(self.features)
+      fan_in = x.shape[-1] * x.shape[-2]
+    init = nn.initializers.normal(self.init_std or 1.0 / np.sqrt(fan_in))
+    kernel = self.param("kernel", nn.with_logical_partitioning(init, self.names), shape,
+                        self.param_dtype).astype(self.dtype)
+    bias = self.param("bias", nn.with_logical_partitioning(nn.initializers.zeros, self.bias_names),
+                      tuple(self.features), self.param_dtype).astype(self.dtype)
+    if self.to_heads:
+      return jnp.einsum("...i,ihd->...hd", x.astype(self.dtype), kernel) + bias
+    return jnp.einsum("...hd,hdo->...o", x.astype(self.dtype), kernel) + bias
+
+
 class CrossAttention(nn.Module):
   """Queries `[b, T, K, d]` attend to keys/values `[b, T, P, d]` of the same frame -> `[b, T, K, d]`."""
   dim: int
@@ -76,10 +110,8 @@ class CrossAttention(nn.Module):
     hd = self.dim // self.num_heads
 
     def proj(name):
-      return nn.DenseGeneral((self.num_heads, hd), dtype=self.dtype, name=name,
-                             kernel_init=nn.with_logical_partitioning(nn.initializers.lecun_normal(),
-                                                                      ("embed", "heads", "kv")),
-                             bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("heads", "kv")))
+      return HeadProjection((self.num_heads, hd), ("embed", "heads", "kv"), ("heads", "kv"), dtype=self.dtype,
+                            name=name)
 
     q = proj("query")(queries) / jnp.sqrt(jnp.asarray(hd, self.dtype))
     k = proj("key")(context)
@@ -89,10 +121,8 @@ class CrossAttention(nn.Module):
     scores = jnp.einsum("btqhd,btphd->bthqp", q, k).astype(jnp.float32)
     probs = jax.nn.softmax(scores, axis=-1).astype(self.dtype)
     ctx = jnp.einsum("bthqp,btphd->btqhd", probs, v)
-    return nn.DenseGeneral(self.dim, axis=(-2, -1), dtype=self.dtype, name="out",
-                           kernel_init=nn.with_logical_partitioning(nn.initializers.lecun_normal(),
-                                                                    ("heads", "kv", "embed")),
-                           bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)))(ctx)
+    return HeadProjection((self.dim,), ("heads", "kv", "embed"), ("embed",), to_heads=False, dtype=self.dtype,
+                          name="out")(ctx)
 
 
 class SegmentationHead(nn.Module):

@@ -2,12 +2,16 @@
 
 Each frame goes through a patchifying convolution (kernel = stride = `patch_size`), then `num_blocks` residual blocks
 (LayerNorm -> 3x3 conv -> GELU -> 3x3 conv) on the patch grid, plus a learned position embedding per grid cell.
+With `output_stride` < `patch_size` the features are brought to a finer grid FPN-style: the coarse features,
+upsampled bilinearly, plus a cheap stride-`output_stride` 3x3 stem convolution of the pixels (which keeps exact
+colour edges), LayerNorm'd. Masks decoded on that finer grid have boundaries accurate to about a pixel, which the
+DAVIS boundary measure (tolerance ~1 px on small frames) needs; the expensive blocks still run on the coarse grid.
 The position embedding matters downstream: convolutions are translation-equivariant, so without it the pooled
 per-frame feature could not tell *where* an object is, and motion questions ("which way does it move?") would be
 unanswerable.
 
   FrameEncoder(...)(frames uint8/float [batch, frames, H, W, 3]) -> patch features [batch, frames, P, dim]
-  with P = (H / patch_size) * (W / patch_size), row-major over the grid.
+  with P = (H / output_stride) * (W / output_stride), row-major over the grid.
 
 `pool_frames(features, frame_mask)` gives the per-frame visual prefix tokens of the cross-modal encoder:
 concat(mean over patches, max over patches) -> [batch, frames, 2 * dim].
@@ -16,6 +20,7 @@ concat(mean over patches, max over patches) -> [batch, frames, 2 * dim].
 from typing import Any, Tuple
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 
 # Pixel normalisation for uint8 RGB input: (x / 255 - 0.5) / 0.25.
@@ -58,19 +63,32 @@ class FrameEncoder(nn.Module):
     patch_size: stride of the patchifying convolution; H and W must be multiples of it.
     num_blocks: residual conv blocks on the patch grid.
     image_size: (H, W) of the input frames (fixes the position-embedding table).
+    output_stride: pixels per cell of the output grid (0 = patch_size); must divide patch_size.
   """
   dim: int = 64
   patch_size: int = 4
   num_blocks: int = 2
   image_size: Tuple[int, int] = (64, 64)
+  output_stride: int = 0
   dtype: Any = jnp.float32
 
   @property
-  def grid(self) -> Tuple[int, int]:
+  def stride(self) -> int:
+    s = self.output_stride or self.patch_size
+    if self.patch_size % s:
+      raise ValueError(f"FrameEncoder: output_stride {s} does not divide patch_size {self.patch_size}")
+    return s
+
+  def _grid(self, step: int) -> Tuple[int, int]:
     h, w = self.image_size
-    if h % self.patch_size or w % self.patch_size:
-      raise ValueError(f"FrameEncoder: image size {h}x{w} is not a multiple of patch_size {self.patch_size}")
-    return h // self.patch_size, w // self.patch_size
+    if h % step or w % step:
+      raise ValueError(f"FrameEncoder: image size {h}x{w} is not a multiple of {step} (patch_size / output_stride)")
+    return h // step, w // step
+
+  @property
+  def grid(self) -> Tuple[int, int]:
+    """The output grid (gh, gw)."""
+    return self._grid(self.stride)
 
   @nn.compact
   def __call__(self, frames):
@@ -80,17 +98,26 @@ class FrameEncoder(nn.Module):
     b, t, h, w, _ = frames.shape
     if (h, w) != tuple(self.image_size):
       raise ValueError(f"FrameEncoder: frames are {h}x{w} but image_size is {tuple(self.image_size)}")
-    gh, gw = self.grid
-    x = frames.reshape(b * t, h, w, 3).astype(self.dtype)
-    x = (x / 255.0 - _PIXEL_MEAN) / _PIXEL_STD
+    gh, gw = self._grid(self.patch_size)
+    pixels = frames.reshape(b * t, h, w, 3).astype(self.dtype)
+    pixels = (pixels / 255.0 - _PIXEL_MEAN) / _PIXEL_STD
     x = nn.Conv(self.dim, (self.patch_size, self.patch_size), strides=(self.patch_size, self.patch_size),
                 padding="VALID", dtype=self.dtype, name="patch_embed",
-                kernel_init=_conv_init((None, None, None, "embed")), bias_init=_zeros(("embed",)))(x)
+                kernel_init=_conv_init((None, None, None, "embed")), bias_init=_zeros(("embed",)))(pixels)
     pos = self.param("pos_embedding", nn.with_logical_partitioning(nn.initializers.normal(0.02),
                                                                    (None, None, "embed")), (gh, gw, self.dim))
     x = x + pos[None].astype(self.dtype)
     for i in range(self.num_blocks):
       x = ConvBlock(self.dim, dtype=self.dtype, name=f"block_{i}")(x)
+    if self.stride != self.patch_size:
+      fh, fw = self.grid
+      x = jax.image.resize(x, (b * t, fh, fw, self.dim), method="bilinear")
+      stem = nn.Conv(self.dim, (3, 3), strides=(self.stride, self.stride), padding="SAME", dtype=self.dtype,
+                     name="stem", kernel_init=_conv_init((None, None, None, "embed")),
+                     bias_init=_zeros(("embed",)))(pixels)
+      x = x + nn.Dense(self.dim, dtype=self.dtype, name="stem_proj",
+                       kernel_init=_conv_init((None, "embed")), bias_init=_zeros(("embed",)))(nn.gelu(stem))
+      gh, gw = fh, fw
     x = nn.LayerNorm(dtype=self.dtype, name="out_LayerNorm",
                      scale_init=nn.with_logical_partitioning(nn.initializers.ones, ("embed",)),
                      bias_init=_zeros(("embed",)))(x)

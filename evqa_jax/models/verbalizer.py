@@ -17,7 +17,10 @@ Variants (Table 5), chosen by name or letter; all take the same padded graph:
 Eps mixing applies to B-E alike, so eps = 0 gives the variant's raw output.
 
 Cost: W_dst and W_src act per node, never per edge; with `use_product` the score is h_i^T (W_dst^T W_src) h_j, one
-D x D product and one per-node projection of the targets. The last layer computes targets for the answer nodes only.
+D x D product and one per-node projection of the targets. The last layer computes the answer nodes only, inner layers
+only the nodes before `num_receivers_padded` when given (`padding.verbalizer_budget`), each layer on its prefix of
+edges. The edge softmax + aggregation (`edge_attention`) walks the edges in chunks with a hand-written backward:
+memory O(nodes * D + edges), no `[edges, D]` array.
 """
 
 import functools
@@ -224,12 +227,15 @@ class Verbalizer(nn.Module):
 
   @nn.compact
   def __call__(self, graph: jraph.GraphsTuple, num_answers_padded: int, is_base=None,
-               num_receivers_padded: Optional[int] = None):
+               num_receivers_padded: Optional[int] = None, num_receiver_edges_padded: Optional[int] = None,
+               num_answer_edges_padded: Optional[int] = None):
     """graph.nodes `[nodes, D]`, is_base `[num_answers_padded]` bool -> `[num_answers_padded, D]`.
 
-    `num_receivers_padded` (static, optional): every edge into a node at or after it is a self-loop (true of the
-    padded K-hop answer graph from `receiver_budget`). The inner layers then update only nodes before it, since a
-    node whose only in-edges are self-loops keeps its state under both mean and attention aggregation.
+    The optional static bounds come from `padding.verbalizer_budget` and only skip work that cannot change the
+    result: with `num_receivers_padded` R (every edge into a node >= R is a self-loop) inner layers update nodes
+    [0, R) only, since a node whose only in-edges are self-loops keeps its state under mean and attention
+    aggregation; `num_receiver_edges_padded` / `num_answer_edges_padded` are prefixes of the receiver-sorted edges
+    that hold every edge into nodes < R / into answers (the inner / last layer's edges).
     """
     variant = canonical_variant(self.variant)
     h0 = nn.with_logical_constraint(jnp.asarray(graph.nodes, self.dtype), ("nodes", "embed"))
@@ -241,25 +247,30 @@ class Verbalizer(nn.Module):
     if variant == "none":
       return v
 
+    def edges(prefix):
+      return (senders, receivers) if prefix is None else (senders[:prefix], receivers[:prefix])
+
     if variant in ("hard", "soft"):
-      h = mean_aggregate(h0, senders, receivers, num_answers_padded)
+      h = mean_aggregate(h0, *edges(num_answer_edges_padded), num_answers_padded)
       if variant == "soft":
         h = ResidualMLP(self.mlp_dim, self.dtype, self.param_dtype, name="mlp")(h)
     else:
       if self.num_layers < 1:
         raise ValueError(f"num_layers must be >= 1 for variant {variant!r}, got {self.num_layers}")
-      inner = num_nodes if num_receivers_padded is None else int(num_receivers_padded)
-      if not num_answers_padded <= inner <= num_nodes:
-        raise ValueError(f"num_receivers_padded={num_receivers_padded} must be in [{num_answers_padded}, {num_nodes}]")
+      inner = num_nodes if num_receivers_padded is None else min(int(num_receivers_padded), num_nodes)
+      if inner < num_answers_padded:
+        raise ValueError(f"num_receivers_padded={num_receivers_padded} < num_answers_padded={num_answers_padded}")
       h = h0
       for layer in range(self.num_layers):
+        last = layer == self.num_layers - 1
         # Only the answers' final states are read, so the last layer computes just those targets.
-        targets = num_answers_padded if layer == self.num_layers - 1 else inner
+        targets = num_answers_padded if last else inner
+        s, r = edges(num_answer_edges_padded if last else num_receiver_edges_padded)
         if variant == "gat":
           new = GATLayer(self.negative_slope, self.use_product, self.edge_chunk, self.dtype, self.param_dtype,
-                         name=f"gat_{layer}")(h, senders, receivers, targets)
+                         name=f"gat_{layer}")(h, s, r, targets)
         else:
-          new = mean_aggregate(h, senders, receivers, targets)
+          new = mean_aggregate(h, s, r, targets)
         if targets < h.shape[0] and layer < self.num_layers - 1:
           new = jnp.concatenate([new, h[targets:]], axis=0)
         h = nn.with_logical_constraint(new, ("nodes", "embed"))

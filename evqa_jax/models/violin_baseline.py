@@ -161,6 +161,12 @@ class ViolinBaseline(nn.Module):
     if statement_mask.shape != statement.shape[:2]:
       raise ValueError(f"ViolinBaseline: statement_mask shape {tuple(statement_mask.shape)} does not match "
                        f"statement {tuple(statement.shape[:2])}")
+    if self.use_video:
+      self._check("video", video, 3, self.feature_dim, batch)
+      self._check("video_mask", video_mask, 2, None, batch)
+    if self.use_subtitles:
+      self._check("subtitles", subtitles, 3, self.text_dim, batch)
+      self._check("subtitle_mask", subtitle_mask, 2, None, batch)
     dense = lambda features, fan_in, axes, name: _dense(features, fan_in, axes, name, self.dtype, self.param_dtype)
     drop = lambda x: nn.Dropout(self.dropout)(x, deterministic=deterministic)
     text_width = 2 * HSIZE1
@@ -173,8 +179,6 @@ class ViolinBaseline(nn.Module):
 
     attended = []
     if self.use_video:
-      self._check("video", video, 3, self.feature_dim, batch)
-      self._check("video_mask", video_mask, 2, None, batch)
       v_len = lengths_from_mask(video_mask)
       if self.single_frame:
         idx = middle_frame_index(v_len, self.middle_frame)
@@ -185,8 +189,6 @@ class ViolinBaseline(nn.Module):
       v_enc, _ = BiLSTM(HSIZE1, dtype=self.dtype, param_dtype=self.param_dtype, name="video_lstm")(v_proj, v_len)
       attended.append(masked_dot_attention(s_enc, s_valid, v_enc, v_valid))
     if self.use_subtitles:
-      self._check("subtitles", subtitles, 3, self.text_dim, batch)
-      self._check("subtitle_mask", subtitle_mask, 2, None, batch)
       u_len = lengths_from_mask(subtitle_mask)
       u_valid = prefix_mask(u_len, subtitles.shape[1])
       u_enc = jnp.tanh(text_fc(drop(subtitles)))

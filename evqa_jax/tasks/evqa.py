@@ -287,7 +287,8 @@ class EVQATask(base.Task):
   def _frame_config(self):
     mc = self.config.model
     if mc.frame_encoder == "conv":
-      return dict(dim=mc.frame.dim, patch_size=mc.frame.patch_size, num_blocks=mc.frame.num_blocks)
+      return dict(dim=mc.frame.dim, patch_size=mc.frame.patch_size, num_blocks=mc.frame.num_blocks,
+                  output_stride=mc.frame.output_stride)
     if mc.frame_encoder == "clip":
       from evqa_jax.models import clip_vision
       if mc.clip_shape:

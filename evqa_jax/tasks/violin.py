@@ -228,15 +228,14 @@ class ViolinTask(base.Task):
     super().__init__(config)
     dc, mc = config.data, config.model
     self.data_dir = os.path.expanduser(dc.dir)
-    if not os.path.exists(os.path.join(self.data_dir, "metadata.json")):
-      if dc.synthetic:
-        self._build_synthetic_world()
-      else:
-        raise FileNotFoundError(
-            f"config.data.dir = {dc.dir!r} holds no converted VIOLIN records (no metadata.json). Convert the "
-            "release first:\n  python -m data_prep.violin --annotation violin_annotation.json --features "
-            f"<features>.h5 --feature {dc.feature} --out {dc.dir}\nor run the demo variant "
-            "(--config=configs/violin.py:demo) on the built-in synthetic world.")
+    if dc.synthetic:
+      self._build_synthetic_world()
+    elif not os.path.exists(os.path.join(self.data_dir, "metadata.json")):
+      raise FileNotFoundError(
+          f"config.data.dir = {dc.dir!r} holds no converted VIOLIN records (no metadata.json). Convert the "
+          "release first:\n  python -m data_prep.violin --annotation violin_annotation.json --features "
+          f"<features>.h5 --feature {dc.feature} --out {dc.dir}\nor run the demo variant "
+          "(--config=configs/violin.py:demo) on the built-in synthetic world.")
     self.metadata = records.load_metadata(self.data_dir)
     feature_dim = int(self.metadata.get("feature_dim", dc.feature_dim))
     if feature_dim != dc.feature_dim:
@@ -274,10 +273,19 @@ class ViolinTask(base.Task):
     self._encoder_params = None
     self._caches: dict[str, TextFeatureCache] = {}
     self.model = self._make_model()
+    if not self.online:  # build (or open) the caches now, not inside the data loader's first batch
+      self.text_cache("statement")
+      if mc.use_subtitles:
+        self.text_cache("subtitle")
 
   # -- set-up ---------------------------------------------------------------------------------------------------
   def _build_synthetic_world(self) -> None:
-    """Generates the built-in synthetic world (data_prep.synthetic_violin) into the parent of config.data.dir."""
+    """Generates the built-in synthetic world (data_prep.synthetic_violin) into the parent of config.data.dir,
+    unless it is complete there (its statement-type file is the generator's last output)."""
+    from data_prep import synthetic_violin
+    done = os.path.join(self.data_dir, synthetic_violin.TYPES_FILE)
+    if os.path.exists(done):
+      return
     preset = self.config.data.synthetic
     if preset not in ("default", "small"):
       raise ValueError(f"config.data.synthetic = {preset!r}: expected '', 'default' or 'small'")
@@ -286,11 +294,10 @@ class ViolinTask(base.Task):
                        "the directory must be named 'records'")
     world = os.path.dirname(os.path.abspath(self.data_dir))
     os.makedirs(world, exist_ok=True)
-    from data_prep import synthetic_violin
     with open(os.path.join(world, ".build.lock"), "a") as lock:
       fcntl.flock(lock.fileno(), fcntl.LOCK_EX)  # several processes (or sweep points) may start at once
       try:
-        if not os.path.exists(os.path.join(self.data_dir, "metadata.json")):
+        if not os.path.exists(done):
           print(f"building the synthetic VIOLIN world ({preset}) in {world}", flush=True)
           synthetic_violin.generate(world, small=preset == "small", verbose=True)
       finally:
@@ -300,8 +307,9 @@ class ViolinTask(base.Task):
     mc = self.config.model
     cfg_cls = encoders.config_class(mc.encoder)
     overrides = dict(dtype=_DTYPES[mc.dtype])
-    if mc.name == "crossmodal":
-      overrides.update(num_visual_tokens=self.config.data.max_frames, visual_dim=self.feature_dim)
+    if mc.name == "crossmodal":  # the LM reads the frames itself: one visual token per frame slot
+      overrides.update(num_visual_tokens=self.config.data.max_frames, visual_dim=self.feature_dim,
+                       use_adapters=mc.use_adapters)
     if mc.shape:  # explicit architecture (tests), else the checkpoint's config.json
       return cfg_cls.from_dict(dict(mc.shape), **overrides)
     if self.pretrained_dir is None or not os.path.exists(os.path.join(self.pretrained_dir, "config.json")):
@@ -320,7 +328,8 @@ class ViolinTask(base.Task):
                  single_frame=mc.single_frame, middle_frame=mc.middle_frame, subtitle_lstm=mc.subtitle_lstm,
                  dropout=mc.dropout, dtype=_DTYPES[mc.dtype])
     return cls(encoder=mc.encoder, encoder_config=self.encoder_config, use_video=mc.use_video,
-               use_subtitles=mc.use_subtitles, single_frame=mc.single_frame, dropout=mc.dropout)
+               use_subtitles=mc.use_subtitles, single_frame=mc.single_frame, dropout=mc.dropout,
+               middle_frame=mc.middle_frame)
 
   def encoder_params(self) -> dict:
     """Host params of the frozen text encoder: the pretrained checkpoint, else a seeded random init (tests)."""

@@ -3,18 +3,31 @@
 Start-up order: resume from the workdir's newest complete checkpoint, else `config.model.init_from` / the task's
 pretrained weights, else from scratch. Parameters are created already sharded (eval_shape -> logical partition specs ->
 mesh shardings -> jit(init, out_shardings)). The train step is jitted with donated state. One Orbax CheckpointManager
-saves {train state, data iterator} together, so a restarted job continues at the exact next batch.
+saves {train state, data iterator, experiment identity} together, so a restarted job continues at the exact next batch.
+
+Multi-process jobs (jax.distributed): every process runs this same function; each reads its own rows of every batch
+(evqa_jax.data.pipeline), eval passes have the same number of batches everywhere, and only process 0 writes logs,
+summaries, train_history.jsonl and prediction files. Every process takes part in checkpointing (a shared filesystem).
+
+Exact resume: train_history.jsonl gets each logged row appended and fsynced as it is logged; a resumed run first drops
+the rows past the restored step, so after any number of kills the file equals the one of an uninterrupted run. A
+checkpoint that does not read back (truncated, half-written) is reported, moved to <workdir>/checkpoints_damaged/ and
+the previous one is used.
 """
 
+import contextlib
 import json
 import os
+import shutil
 import time
 
 from absl import logging
 import flax.linen as nn
 import jax
+from jax.experimental import multihost_utils
 import jax.numpy as jnp
 import numpy as np
+import optax
 import orbax.checkpoint as ocp
 
 from evqa_jax import io as io_lib
@@ -37,18 +50,43 @@ def _config_identity(config) -> dict:
   return out
 
 
+def _identity_diffs(mine: dict, theirs: dict) -> list:
+  """Human-readable differences between two experiment identities, one entry per differing (nested) field."""
+  out = []
+
+  def walk(a, b, prefix):
+    if isinstance(a, dict) and isinstance(b, dict):
+      for k in sorted(set(a) | set(b)):
+        walk(a.get(k, "<unset>"), b.get(k, "<unset>"), f"{prefix}.{k}" if prefix else k)
+    elif a != b:
+      out.append(f"{prefix} (checkpoint: {json.dumps(b)}, config: {json.dumps(a)})")
+
+  walk(mine, theirs, "")
+  return out
+
+
+def _sync(name: str) -> None:
+  if jax.process_count() > 1:
+    multihost_utils.sync_global_devices(name)
+
+
 def _check_workdir(config, workdir: str) -> None:
   """Refuses to resume a workdir that holds another experiment's checkpoint."""
   path = os.path.join(workdir, "config.json")
   mine = _config_identity(config)
   if os.path.exists(path):
-    with open(path) as f:
-      theirs = json.load(f).get("identity", {})
-    diffs = [k for k in mine if theirs.get(k) != mine[k]]
-    if diffs and os.path.isdir(os.path.join(workdir, "checkpoints")):
+    try:
+      with open(path) as f:
+        theirs = json.load(f).get("identity", {})
+    except (OSError, ValueError) as e:
+      raise ValueError(f"{path} is unreadable ({e}): is {workdir} an evqa_jax workdir?") from e
+    diffs = _identity_diffs(mine, theirs)
+    ckpt_dir = os.path.join(workdir, "checkpoints")
+    if diffs and os.path.isdir(ckpt_dir) and any(n.isdigit() for n in os.listdir(ckpt_dir)):
       raise ValueError(
-          f"workdir {workdir} holds a checkpoint of another experiment (differs in {', '.join(diffs)}); "
-          "use a new --workdir or delete that one")
+          f"workdir {workdir} holds a checkpoint of another experiment; it differs in "
+          f"{'; '.join(diffs)}. Use a new --workdir or delete that one")
+  _sync("evqa_jax:workdir_checked")  # everyone read the old file before process 0 replaces it
   if jax.process_index() == 0:
     io_lib.write_json(path, {"identity": mine, "config": json.loads(config.to_json_best_effort())})
 
@@ -86,14 +124,25 @@ class StepFns:
       loss, metrics = task.loss(params, batch, aux, jax.random.key(0), train=False)
       return dict(metrics, loss=loss)
 
-    with nn.logical_axis_rules(sharding.rules_tuple(rules)):
-      self.train_step = jax.jit(train_step, donate_argnums=0,
-                                in_shardings=(state_shardings, batch_shard, aux_shardings),
-                                out_shardings=(state_shardings, repl))
-      self.eval_step = jax.jit(eval_step, in_shardings=(state_shardings, batch_shard, aux_shardings),
-                               out_shardings=repl)
-      self.eval_loss_step = jax.jit(eval_loss_step, in_shardings=(state_shardings, batch_shard, aux_shardings),
-                                    out_shardings=repl)
+    self.mesh = mesh
+    self.rules = sharding.rules_tuple(rules)
+    self.train_step = jax.jit(train_step, donate_argnums=0,
+                              in_shardings=(state_shardings, batch_shard, aux_shardings),
+                              out_shardings=(state_shardings, repl))
+    self.eval_step = jax.jit(eval_step, in_shardings=(state_shardings, batch_shard, aux_shardings),
+                             out_shardings=repl)
+    self.eval_loss_step = jax.jit(eval_loss_step, in_shardings=(state_shardings, batch_shard, aux_shardings),
+                                  out_shardings=repl)
+
+  def context(self):
+    """Mesh + logical rules under which the steps are traced (activation sharding constraints need both)."""
+    return mesh_context(self.mesh, self.rules)
+
+
+@contextlib.contextmanager
+def mesh_context(mesh, rules):
+  with jax.set_mesh(mesh), nn.logical_axis_rules(sharding.rules_tuple(rules)):
+    yield
 
 
 def optax_global_norm(tree):
@@ -110,17 +159,29 @@ def create_state(task, config, mesh, tx):
     param_shardings = sharding.tree_shardings(abstract, mesh, rules)
     params = jax.jit(lambda r: nn.meta.unbox(task.init_params(r)), out_shardings=param_shardings)(rng)
   trainable, frozen = partition.split_params(params, task.trainable_patterns)
-  opt_state = jax.jit(tx.init)(trainable)
-  state = {"step": jax.device_put(jnp.zeros((), jnp.int32), sharding.replicated(mesh)),
+  opt_state = jax.jit(tx.init, out_shardings=opt_state_shardings(tx, trainable, mesh))(trainable)
+  step = jax.jit(lambda: jnp.zeros((), jnp.int32), out_shardings=sharding.replicated(mesh))()
+  state = {"step": step,
            "trainable": trainable, "frozen": frozen, "opt_state": opt_state}
   return state, jax.tree.map(lambda x: x.sharding, state)
+
+
+def opt_state_shardings(tx, trainable, mesh):
+  """Optimiser-state shardings: moments sharded like their parameters, counters replicated on the whole mesh.
+
+  (Left to propagation, state that does not depend on the parameters' values, such as Adam's zero moments and
+  step count, would land on one local device, which a multi-process step rejects.)
+  """
+  abstract = jax.eval_shape(tx.init, trainable)
+  return optax.tree_map_params(tx, lambda _, s: s, abstract, jax.tree.map(lambda x: x.sharding, trainable),
+                               transform_non_params=lambda _: sharding.replicated(mesh))
 
 
 def load_pretrained_into(state, task, shardings):
   """Fills trainable/frozen params from the task's pretrained weights (host side, then back to global arrays)."""
   params = partition.merge_params(state["trainable"], state["frozen"])
   host = jax.tree.map(lambda x: np.asarray(jax.device_get(x)) if x.is_fully_addressable else
-                      np.asarray(jax.experimental.multihost_utils.process_allgather(x, tiled=True)), params)
+                      np.asarray(multihost_utils.process_allgather(x, tiled=True)), params)
   host = task.load_pretrained(host)
   trainable, frozen = partition.split_params(host, task.trainable_patterns)
   state = dict(state)
@@ -137,29 +198,118 @@ def make_checkpoint_manager(workdir: str, config) -> ocp.CheckpointManager:
   options = ocp.CheckpointManagerOptions(max_to_keep=config.checkpoint.max_to_keep, create=True,
                                          enable_async_checkpointing=False)
   return ocp.CheckpointManager(os.path.join(os.path.abspath(workdir), "checkpoints"), options=options,
-                               item_names=("state", "data"))
+                               item_names=("state", "data", "meta"))
 
 
-def restore_latest(mngr: ocp.CheckpointManager, state, train_iter):
-  """Restores the newest checkpoint that reads back completely; a damaged one is reported and the previous used."""
+class CheckpointMismatchError(ValueError):
+  """The checkpoint belongs to another experiment or data pipeline (not a damaged one: never skipped)."""
+
+
+def save_checkpoint(mngr: ocp.CheckpointManager, step: int, state, train_iter, identity: dict) -> None:
+  mngr.save(step, args=ocp.args.Composite(
+      state=ocp.args.StandardSave(state), data=pipeline.checkpoint_args_save(train_iter),
+      meta=ocp.args.JsonSave({"step": int(step), "identity": identity})))
+
+
+def _restore_step(mngr, step: int, state, train_iter, identity: dict):
+  step_dir = os.path.join(os.fspath(mngr.directory), str(step))
+  if os.path.isdir(os.path.join(step_dir, "meta")):
+    meta = mngr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+    if not isinstance(meta, dict) or "identity" not in meta:
+      raise RuntimeError(f"{step_dir}/meta holds no experiment identity")
+    diffs = _identity_diffs(identity, meta["identity"])
+    if diffs:
+      raise CheckpointMismatchError(
+          f"checkpoint {step_dir} was written by another experiment; it differs in {'; '.join(diffs)}. "
+          "Use a new --workdir or delete that one")
+  try:
+    restored = mngr.restore(step, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore(_abstract(state)),
+        data=pipeline.checkpoint_args_restore(train_iter)))
+  except ValueError as e:
+    if "differs from the one being restored" in str(e):  # batch size, seed or dataset changed
+      raise CheckpointMismatchError(f"cannot resume from {step_dir}: {e}") from e
+    raise
+  return restored["state"]
+
+
+def restore_latest(mngr: ocp.CheckpointManager, state, train_iter, identity: dict | None = None):
+  """Restores the newest checkpoint that reads back completely -> (step, state) or (None, None).
+
+  A checkpoint that fails to read (truncated or missing files, a half-written step) is reported, moved to
+  <workdir>/checkpoints_damaged/ (so the step can be written again) and the previous one is tried. A checkpoint
+  of another experiment or data pipeline raises CheckpointMismatchError instead.
+  """
+  identity = identity if identity is not None else {}
+  damaged = []
+  result = (None, None)
   for step in sorted(mngr.all_steps(), reverse=True):
     try:
-      restored = mngr.restore(step, args=ocp.args.Composite(
-          state=ocp.args.StandardRestore(_abstract(state)),
-          data=pipeline.checkpoint_args_restore(train_iter)))
-      return step, restored["state"]
-    except ValueError as e:
-      if "differs" in str(e):  # the data pipeline changed (batch size, seed, dataset): not a damaged checkpoint
-        raise ValueError(f"cannot resume from {mngr.directory} step {step}: {e}") from e
-      logging.warning("checkpoint at step %d in %s is unreadable (%s); trying the previous one", step,
-                      mngr.directory, e)
-      print(f"WARNING: checkpoint step {step} is unreadable ({e}); falling back to an earlier one", flush=True)
-    except Exception as e:  # a truncated or half-written checkpoint: fall back to the one before
-      logging.warning("checkpoint at step %d in %s is unreadable (%s: %s); trying the previous one",
-                      step, mngr.directory, type(e).__name__, e)
-      print(f"WARNING: checkpoint step {step} is unreadable ({type(e).__name__}); falling back to an earlier one",
-            flush=True)
-  return None, None
+      result = (step, _restore_step(mngr, step, state, train_iter, identity))
+      break
+    except CheckpointMismatchError:
+      raise
+    except Exception as e:  # pylint: disable=broad-except
+      reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+      step_dir = os.path.join(os.fspath(mngr.directory), str(step))
+      logging.warning("checkpoint %s is unreadable (%s)", step_dir, reason)
+      if jax.process_index() == 0:
+        print(f"WARNING: checkpoint {step_dir} is damaged or incomplete ({reason[:300]}); "
+              "falling back to the previous checkpoint", flush=True)
+      damaged.append(step)
+  if damaged:
+    _sync("evqa_jax:damaged_found")
+    if jax.process_index() == 0:
+      aside = os.path.join(os.path.dirname(os.fspath(mngr.directory)), "checkpoints_damaged")
+      os.makedirs(aside, exist_ok=True)
+      for step in damaged:
+        target = os.path.join(aside, f"{step}.{int(time.time())}")
+        shutil.move(os.path.join(os.fspath(mngr.directory), str(step)), target)
+        print(f"moved the damaged checkpoint of step {step} to {target}", flush=True)
+    _sync("evqa_jax:damaged_moved")
+    mngr.reload()
+  return result
+
+
+class History:
+  """train_history.jsonl: one JSON row per logged step, appended durably (process 0 only).
+
+  Opening it with `keep_up_to=step` drops the rows past `step` (those a killed run logged after its last
+  checkpoint, and a torn last line), so a resumed run's file equals an uninterrupted run's.
+  """
+
+  def __init__(self, path: str, keep_up_to: int, enabled: bool = True):
+    self.path = path
+    self.enabled = enabled
+    if not enabled or not os.path.exists(path):
+      return
+    with open(path) as f:
+      lines = f.read().split("\n")
+    # Every complete row ends with a newline; an unterminated last piece is a row torn by a kill mid-write.
+    changed = bool(lines[-1].strip())
+    kept = []
+    for i, line in enumerate(lines[:-1]):
+      if not line.strip():
+        continue
+      try:
+        step = int(json.loads(line)["step"])
+      except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{path} line {i + 1} is not a history row ({e}): {line[:200]!r}") from e
+      if step <= keep_up_to:
+        kept.append(line)
+      else:
+        changed = True
+    if changed:
+      io_lib.write_text(path, "".join(line + "\n" for line in kept))
+      print(f"{path}: dropped the rows past step {keep_up_to} (logged after the last checkpoint)", flush=True)
+
+  def append(self, row: dict) -> None:
+    if not self.enabled:
+      return
+    with open(self.path, "a") as f:
+      f.write(json.dumps(row) + "\n")
+      f.flush()
+      os.fsync(f.fileno())
 
 
 def evaluate_split(task, steps: StepFns, state, aux, split: str, config, batch_shard, out_dir: str) -> dict:
@@ -185,11 +335,65 @@ def evaluate_split(task, steps: StepFns, state, aux, split: str, config, batch_s
   return task.evaluate(split, outputs, out_dir)
 
 
+def aux_shardings_for(task, mesh, rules, aux):
+  """Shardings of the task's aux inputs: its logical specs, or replicated."""
+  aux_specs = task.aux_logical_axes()
+  if aux_specs is None:
+    return jax.tree.map(lambda _: sharding.replicated(mesh), aux)
+  return jax.tree.map(lambda s: sharding.logical_sharding(s, mesh, rules), aux_specs,
+                      is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
+
+
+def abstract_train_state(task, config, mesh, tx):
+  """ShapeDtypeStructs (with shardings) of the train state, without creating any parameter (for AOT checks)."""
+  rules = sharding.rules_tuple(config.logical_axis_rules)
+  with nn.logical_axis_rules(rules):
+    boxed = jax.eval_shape(task.init_params, jax.random.key(config.seed))
+    param_shardings = sharding.tree_shardings(boxed, mesh, rules)
+  params = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+                        nn.meta.unbox(boxed), param_shardings)
+  trainable, frozen = partition.split_params(params, task.trainable_patterns)
+  opt_state = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+                           jax.eval_shape(tx.init, trainable), opt_state_shardings(tx, trainable, mesh))
+  step = jax.ShapeDtypeStruct((), jnp.int32, sharding=sharding.replicated(mesh))
+  return {"step": step, "trainable": trainable, "frozen": frozen, "opt_state": opt_state}
+
+
+def _check_record_tails(source, split: str) -> None:
+  """Reads the last record of every TFRecord shard (CRC-checked): a truncated file fails now, naming the file,
+  instead of hours later when the shuffle first reaches its tail."""
+  file_ids = getattr(source, "_file_ids", None)
+  if file_ids is None or not hasattr(source, "read_raw") or len(source) == 0:
+    return
+  file_ids = np.asarray(file_ids)
+  for fid in np.unique(file_ids):
+    last = int(np.nonzero(file_ids == fid)[0][-1])
+    try:
+      source.read_raw(last)
+    except Exception as e:  # pylint: disable=broad-except
+      raise ValueError(f"split {split!r}: record file {source.paths[int(fid)]} is damaged or truncated ({e})") from e
+
+
+def _check_eval_splits(task, config) -> None:
+  """Fails at start-up, not after hours of training, when an evaluation split is missing or empty."""
+  for split in config.data.eval_splits:
+    try:
+      n = len(task.source(split))
+    except (FileNotFoundError, ValueError) as e:
+      raise ValueError(f"config.data.eval_splits names split {split!r}, which cannot be read: {e}") from e
+    if n == 0:
+      raise ValueError(f"evaluation split {split!r} of {config.data.dir} has no examples "
+                       "(config.data.eval_splits)")
+    _check_record_tails(task.source(split), split)
+
+
 def train_and_evaluate(config, workdir: str) -> dict:
   """Trains `config.task` in `workdir`, evaluating every `eval_every_steps` and at the end. Returns the last metrics."""
   workdir = os.path.abspath(workdir)
   os.makedirs(workdir, exist_ok=True)
   _check_workdir(config, workdir)
+  identity = _config_identity(config)
+  is_main = jax.process_index() == 0
   task = tasks_lib.build_task(config)
   mesh = sharding.make_mesh(config.mesh_shape, config.mesh_axes)
   rules = config.logical_axis_rules
@@ -200,6 +404,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
   train_source = task.source(config.data.train_split)
   if len(train_source) == 0:
     raise ValueError(f"split {config.data.train_split!r} of {config.data.dir} has no examples")
+  _check_record_tails(train_source, config.data.train_split)
+  _check_eval_splits(task, config)
   steps_per_epoch = len(train_source) / config.batch_size
   total_steps = durations.to_steps(config, "total", steps_per_epoch=steps_per_epoch, batch_size=config.batch_size)
   eval_every = durations.to_steps(config, "eval_every", steps_per_epoch=steps_per_epoch,
@@ -211,12 +417,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
   tx, schedule = partition.make_optimizer(config.optim, total_steps)
   state, state_shardings = create_state(task, config, mesh, tx)
   train_aux = task.aux_inputs(config.data.train_split)
-  aux_specs = task.aux_logical_axes()
-  if aux_specs is None:
-    aux_shardings = jax.tree.map(lambda _: sharding.replicated(mesh), train_aux)
-  else:
-    aux_shardings = jax.tree.map(lambda s: sharding.logical_sharding(s, mesh, rules), aux_specs,
-                                 is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
+  aux_shardings = aux_shardings_for(task, mesh, rules, train_aux)
   steps = StepFns(task, tx, mesh, rules, state_shardings, batch_shard, aux_shardings)
 
   loader = pipeline.make_train_loader(
@@ -226,13 +427,15 @@ def train_and_evaluate(config, workdir: str) -> dict:
   train_iter = iter(loader)
 
   mngr = make_checkpoint_manager(workdir, config)
-  start_step, restored = restore_latest(mngr, state, train_iter)
+  start_step, restored = restore_latest(mngr, state, train_iter, identity)
   if restored is not None:
     state = restored
-    print(f"Resumed from {mngr.directory} at step {start_step}", flush=True)
+    if is_main:
+      print(f"Resumed from {mngr.directory} at step {start_step}", flush=True)
   else:
     state = load_pretrained_into(state, task, state_shardings)
     start_step = 0
+  history = History(os.path.join(workdir, "train_history.jsonl"), keep_up_to=start_step, enabled=is_main)
   n_train = partition.count_params(state["trainable"])
   n_frozen = partition.count_params(state["frozen"])
 
@@ -241,9 +444,10 @@ def train_and_evaluate(config, workdir: str) -> dict:
     writer.write_hparams({"trainable_params": n_train, "frozen_params": n_frozen,
                           "total_steps": total_steps, "devices": jax.device_count(),
                           "processes": jax.process_count()})
-  print(f"{task.describe()}: {n_train:,} trainable / {n_frozen:,} frozen parameters; "
-        f"{len(train_source)} train examples, {total_steps} steps of {config.batch_size} on mesh "
-        f"{dict(mesh.shape)}", flush=True)
+  if is_main:
+    print(f"{task.describe()}: {n_train:,} trainable / {n_frozen:,} frozen parameters; "
+          f"{len(train_source)} train examples, {total_steps} steps of {config.batch_size} on mesh "
+          f"{dict(mesh.shape)} ({jax.process_count()} process(es))", flush=True)
 
   def put_aux(aux):
     return sharding.host_to_global(aux, aux_shardings)
@@ -252,48 +456,63 @@ def train_and_evaluate(config, workdir: str) -> dict:
   eval_aux_dev = {}
   progress = writers_lib.Progress(total_steps, start_step)
   last_metrics = {}
-  history = []
+  last_row = {}
   step = start_step
-  while step < total_steps:
-    local = next(train_iter)
-    batch = sharding.global_batch(local, batch_shard)
-    state, metrics = steps.train_step(state, batch, train_aux_dev)
-    step += 1
-    if step % log_every == 0 or step == total_steps:
-      metrics = jax.tree.map(lambda x: float(x), jax.device_get(metrics))
-      if not np.isfinite(metrics["loss"]):
-        raise FloatingPointError(f"loss is {metrics['loss']} at step {step} (workdir {workdir})")
-      metrics["lr"] = float(schedule(step - 1))
-      writer.write_scalars(step, {f"train/{k}": v for k, v in metrics.items()})
-      history.append({"step": step, **metrics})
-      progress.report(step, metrics)
-    if step % ckpt_every == 0 or step == total_steps:
-      mngr.save(step, args=ocp.args.Composite(
-          state=ocp.args.StandardSave(state), data=pipeline.checkpoint_args_save(train_iter)))
-    if step % eval_every == 0 or step == total_steps:
-      for split in config.data.eval_splits:
-        if split not in eval_aux_dev:
-          eval_aux_dev[split] = put_aux(task.aux_inputs(split))
-        out_dir = os.path.join(workdir, "eval", f"{split}_step{step}")
-        t0 = time.time()
-        results = evaluate_split(task, steps, state, eval_aux_dev[split], split, config, batch_shard, out_dir)
-        if jax.process_index() == 0:
-          scalars = {f"{split}/{k}": v for k, v in results.items() if isinstance(v, (int, float))}
-          writer.write_scalars(step, scalars)
-          io_lib.write_json(os.path.join(workdir, "eval", f"{split}_metrics.json"), {"step": step, **results})
-          print(writers_lib.format_metrics(f"eval {split} @ step {step} ({time.time() - t0:.1f}s)", results),
-                flush=True)
-          last_metrics[split] = results
+  with steps.context():
+    while step < total_steps:
+      local = next(train_iter)
+      batch = sharding.global_batch(local, batch_shard)
+      state, metrics = steps.train_step(state, batch, train_aux_dev)
+      step += 1
+      if step % log_every == 0 or step == total_steps:
+        metrics = jax.tree.map(lambda x: float(x), jax.device_get(metrics))
+        if not np.isfinite(metrics["loss"]):
+          raise FloatingPointError(f"loss is {metrics['loss']} at step {step} (workdir {workdir})")
+        metrics["lr"] = float(schedule(step - 1))
+        writer.write_scalars(step, {f"train/{k}": v for k, v in metrics.items()})
+        last_row = {"step": step, **metrics}
+        history.append(last_row)
+        progress.report(step, metrics)
+      if step % ckpt_every == 0 or step == total_steps:
+        save_checkpoint(mngr, step, state, train_iter, identity)
+      if step % eval_every == 0 or step == total_steps:
+        for split in config.data.eval_splits:
+          if split not in eval_aux_dev:
+            eval_aux_dev[split] = put_aux(task.aux_inputs(split))
+          out_dir = os.path.join(workdir, "eval", f"{split}_step{step}")
+          t0 = time.time()
+          results = evaluate_split(task, steps, state, eval_aux_dev[split], split, config, batch_shard, out_dir)
+          if is_main:
+            scalars = {f"{split}/{k}": v for k, v in results.items() if isinstance(v, (int, float))}
+            writer.write_scalars(step, scalars)
+            io_lib.write_json(os.path.join(workdir, "eval", f"{split}_metrics.json"), {"step": step, **results})
+            print(writers_lib.format_metrics(f"eval {split} @ step {step} ({time.time() - t0:.1f}s)", results),
+                  flush=True)
+            last_metrics[split] = results
   mngr.wait_until_finished()
   mngr.close()
+  train_iter.close()
   writer.flush()
-  if jax.process_index() == 0 and history:
-    hist_path = os.path.join(workdir, "train_history.jsonl")
-    mode = "a" if start_step > 0 and os.path.exists(hist_path) else "w"
-    with open(hist_path, mode) as f:
-      for row in history:
-        f.write(json.dumps(row) + "\n")
-  result = {"step": step, "train": history[-1] if history else {}, "eval": last_metrics}
-  if jax.process_index() == 0 and step >= total_steps:
+  result = {"step": step, "train": last_row, "eval": last_metrics}
+  if is_main and step >= total_steps:
     io_lib.write_json(os.path.join(workdir, "final_metrics.json"), result)
+  _sync("evqa_jax:train_and_evaluate_done")
   return result
+
+
+def load_checkpoint_arrays(workdir: str, step: int | None = None) -> tuple[int, dict]:
+  """(step, numpy train state {step, trainable, frozen, opt_state}) of a workdir's checkpoint (default: newest).
+
+  Host-side and device-independent: for inspecting or comparing runs, whatever mesh wrote them.
+  """
+  ckpt_dir = os.path.join(os.path.abspath(workdir), "checkpoints")
+  steps = sorted(int(n) for n in os.listdir(ckpt_dir) if n.isdigit()) if os.path.isdir(ckpt_dir) else []
+  if not steps:
+    raise FileNotFoundError(f"{ckpt_dir} holds no checkpoint")
+  step = steps[-1] if step is None else step
+  path = os.path.join(ckpt_dir, str(step), "state")
+  with ocp.PyTreeCheckpointer() as ckptr:
+    tree = ckptr.metadata(path)
+    tree = getattr(tree, "item_metadata", tree)
+    args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
+    return step, ckptr.restore(path, restore_args=args)

@@ -1,0 +1,115 @@
+"""Trivial E-VQA predictions scored by the official evaluators, for comparison with a trained model.
+
+    python benchmarks/evqa_trivial_baselines.py [--records data/synthetic_evqa/records] [--split test] [--out DIR]
+
+ST-Evidence-Gen (evqa_jax.evaluate.st_evidence on the records' ground-truth copies), every entry answered "A" and
+given the whole video [0, num_video_frames / fps] as its one segment, with a mask PNG at native resolution for every
+frame of the video:
+  whole_video_empty   empty masks
+  whole_video_box     a centred box covering the middle half of each side (a quarter of the frame)
+  whole_video_full    the full frame
+ST-Evidence-MCQ (evqa_jax.evaluate.st_evidence_mcq): always the first option of every task.
+Prints one JSON line {baseline: metrics}; with --out also writes the prediction files and metrics there.
+"""
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from evqa_jax.data import records  # pylint: disable=g-import-not-at-top
+from evqa_jax.data import source as source_lib
+from evqa_jax.evaluate import json_safe
+from evqa_jax.evaluate import st_evidence as st_eval
+from evqa_jax.evaluate import st_evidence_mcq as mcq_eval
+from evqa_jax.metrics import st_evidence as st
+from evqa_jax.tasks import evqa as evqa_task
+
+MASKS = ("empty", "box", "full")
+
+
+def trivial_mask(kind: str, height: int, width: int) -> np.ndarray:
+  """bool [H, W]: empty, full, or a centred box over rows H/4..3H/4 and columns W/4..3W/4."""
+  m = np.zeros((height, width), bool)
+  if kind == "full":
+    m[:] = True
+  elif kind == "box":
+    m[height // 4:height - height // 4, width // 4:width - width // 4] = True
+  elif kind != "empty":
+    raise ValueError(f"unknown trivial mask {kind!r}: expected one of {MASKS}")
+  return m
+
+
+def _entries(records_dir: str, split: str) -> list[dict]:
+  src = source_lib.TFRecordDataSource(records.split_paths(records_dir, split), records.load_spec(records_dir, split))
+  out = []
+  for i in range(len(src)):
+    ex = src[i]
+    out.append({"entry_id": str(ex["entry_id"]), "video_id": str(ex["video_id"]),
+                "num_video_frames": int(ex["num_video_frames"]), "fps": float(ex["fps"]),
+                "orig_size": tuple(int(x) for x in ex["orig_size"])})
+  return out
+
+
+def gen_baseline(records_dir: str, split: str, mask_kind: str, out_dir: str) -> dict:
+  """Writes and scores one whole-video baseline; returns the ST-Evidence-Gen metrics."""
+  gt = records.load_metadata(records_dir)["ground_truth"][split]
+  preds = []
+  for e in _entries(records_dir, split):
+    mask = trivial_mask(mask_kind, *e["orig_size"])
+    preds.append({"entry_id": e["entry_id"], "video_id": e["video_id"], "answer": "A",
+                  "segments": [(0.0, round(e["num_video_frames"] / e["fps"], 4))],
+                  "masks": {f: mask for f in range(e["num_video_frames"])}})
+  pred_json, mask_root = evqa_task.write_gen_predictions(preds, out_dir)
+  gt_masks = os.path.join(records_dir, gt["gt_masks"]) if gt.get("gt_masks") else None
+  metrics, _ = st_eval.evaluate(os.path.join(records_dir, gt["csv"]), pred_json, gt_masks,
+                                mask_root if gt_masks else None)
+  return json_safe(metrics)
+
+
+def mcq_baseline(records_dir: str, split: str, out_dir: str) -> dict:
+  gt = records.load_metadata(records_dir)["ground_truth"][split]
+  if not gt.get("mcq"):
+    return {}
+  gt_path = os.path.join(records_dir, gt["mcq"])
+  answers, num_options = mcq_eval.read_gt(gt_path)
+  pred_path = os.path.join(out_dir, "mcq_predictions.json")
+  with open(pred_path, "w") as f:
+    json.dump({k: {"qa": 0, "temporal": 0, "spatial": 0} for k in answers}, f)
+  return json_safe(st.mcq_metrics(answers, mcq_eval.read_predictions(pred_path, num_options)))
+
+
+def trivial_baselines(records_dir: str, split: str = "test", out_dir: str | None = None) -> dict:
+  """{"whole_video_<mask>": Gen metrics for each mask kind, "mcq_first_option": MCQ metrics}."""
+  results = {}
+  with tempfile.TemporaryDirectory() as tmp:
+    root = out_dir or tmp
+    for kind in MASKS:
+      results[f"whole_video_{kind}"] = gen_baseline(records_dir, split, kind, os.path.join(root, f"whole_video_{kind}"))
+    mcq_dir = os.path.join(root, "mcq_first_option")
+    os.makedirs(mcq_dir, exist_ok=True)
+    results["mcq_first_option"] = mcq_baseline(records_dir, split, mcq_dir)
+  return results
+
+
+def main(argv=None) -> dict:
+  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  p.add_argument("--records", default="data/synthetic_evqa/records")
+  p.add_argument("--split", default="test")
+  p.add_argument("--out", default=None, help="keep the prediction files here")
+  a = p.parse_args(argv)
+  if not os.path.exists(os.path.join(a.records, "metadata.json")):
+    raise SystemExit(f"{a.records} holds no records: run `python -m data_prep.synthetic_evqa --out "
+                     f"{os.path.dirname(os.path.normpath(a.records))}` (or train the demo once) first")
+  results = trivial_baselines(a.records, a.split, a.out)
+  print(json.dumps(results, sort_keys=True))
+  return results
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,104 @@
+"""Ahead-of-time compile check: lower and compile a config's train step for a target mesh, with no data and no
+weights, and report its memory use and FLOPs.
+
+    report = compile_train_step(config, mesh_shape=(4, 2))           # the local devices (8 fake CPUs, a GPU, ...)
+    report = compile_train_step(config, (16, 4), topology="v5e:8x8")  # a TPU slice this host need not be part of
+
+Inputs are jax.ShapeDtypeStructs carrying the shardings the trainer would use: the train state comes from
+`jax.eval_shape(task.init_params)` (no parameter is created), the batch shapes from the task's preprocessing of one
+record (`config.batch_size` rows), the aux inputs (answer vocabulary, graphs) from the task. The compiled function is
+the trainer's own train step (`trainer.StepFns`), so what compiles here is what a run executes.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+
+from evqa_jax import tasks as tasks_lib
+from evqa_jax.train import partition, sharding, trainer
+
+
+def topology_devices(topology: str, platform: str = "tpu"):
+  """Devices of a target topology such as 'v5e:2x4' (TPU; needs libtpu on this host, not the TPUs themselves)."""
+  from jax.experimental import topologies
+  return topologies.get_topology_desc(topology_name=topology, platform=platform).devices
+
+
+def _batch_struct(task, config, batch_shard):
+  source = task.source(config.data.train_split)
+  if len(source) == 0:
+    raise ValueError(f"split {config.data.train_split!r} of {config.data.dir} has no examples: its first record "
+                     "fixes the input shapes")
+  example = task.preprocess(source[0], train=True)
+  return {k: jax.ShapeDtypeStruct((config.batch_size,) + np.shape(v), np.asarray(v).dtype, sharding=batch_shard)
+          for k, v in example.items()}
+
+
+def _analysis(compiled) -> dict:
+  out = {}
+  try:
+    mem = compiled.memory_analysis()
+  except Exception as e:  # pylint: disable=broad-except
+    mem, out["memory_error"] = None, str(e)
+  if mem is not None:
+    for key in ("argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes", "alias_size_in_bytes",
+                "generated_code_size_in_bytes", "host_temp_size_in_bytes"):
+      if hasattr(mem, key):
+        out[key] = int(getattr(mem, key))
+    if {"argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes"} <= out.keys():
+      # Donated state aliases its outputs: count those bytes once.
+      out["peak_estimate_bytes"] = (out["argument_size_in_bytes"] + out["output_size_in_bytes"]
+                                    + out["temp_size_in_bytes"] - out.get("alias_size_in_bytes", 0))
+  try:
+    cost = compiled.cost_analysis()
+  except Exception as e:  # pylint: disable=broad-except
+    cost, out["cost_error"] = None, str(e)
+  if isinstance(cost, (list, tuple)):
+    cost = cost[0] if cost else None
+  if cost:
+    out["flops"] = float(cost.get("flops", 0.0))
+    out["bytes_accessed"] = float(cost.get("bytes accessed", 0.0))
+    out["transcendentals"] = float(cost.get("transcendentals", 0.0))
+  return out
+
+
+def compile_train_step(config, mesh_shape=None, devices=None, topology: str | None = None) -> dict:
+  """Compiles the train step of `config` for `mesh_shape` (default config.mesh_shape); returns a JSON-able report.
+
+  Memory figures are per device (XLA compiles one SPMD program); FLOPs are per device as XLA counts them.
+  """
+  if topology:
+    devices = topology_devices(topology)
+  devices = list(jax.devices() if devices is None else devices)
+  mesh_shape = tuple(config.mesh_shape if mesh_shape is None else mesh_shape)
+  mesh = sharding.make_mesh(mesh_shape, config.mesh_axes, devices=devices)
+  rules = config.logical_axis_rules
+  task = tasks_lib.build_task(config)
+  tx, _ = partition.make_optimizer(config.optim, total_steps=1000)
+  state = trainer.abstract_train_state(task, config, mesh, tx)
+  state_shardings = jax.tree.map(lambda x: x.sharding, state)
+  batch_shard = sharding.batch_sharding(mesh, rules)
+  batch = _batch_struct(task, config, batch_shard)
+  aux_np = task.aux_inputs(config.data.train_split)
+  aux_shardings = trainer.aux_shardings_for(task, mesh, rules, aux_np)
+  aux = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(np.shape(x), np.asarray(x).dtype, sharding=s),
+                     aux_np, aux_shardings)
+  steps = trainer.StepFns(task, tx, mesh, rules, state_shardings, batch_shard, aux_shardings)
+  with steps.context():
+    lowered = steps.train_step.lower(state, batch, aux)
+  compiled = lowered.compile()
+  report = {
+      "task": config.task,
+      "describe": task.describe(),
+      "mesh": {k: int(v) for k, v in mesh.shape.items()},
+      "devices": len(devices),
+      "device_kind": devices[0].device_kind,
+      "platform": devices[0].platform,
+      "global_batch_size": int(config.batch_size),
+      "trainable_params": partition.count_params(state["trainable"]),
+      "frozen_params": partition.count_params(state["frozen"]),
+      "batch": {k: [list(v.shape), str(v.dtype)] for k, v in batch.items()},
+  }
+  report.update(_analysis(compiled))
+  return report

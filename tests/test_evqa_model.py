@@ -1,0 +1,268 @@
+"""E-VQA model pieces: CLIP vision parity with Hugging Face, frame encoder, evidence heads, sharding, learning."""
+
+import os
+import tempfile
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from configs import common
+from evqa_jax.models import bert
+from evqa_jax.models import clip_vision
+from evqa_jax.models import evidence_heads
+from evqa_jax.models import evqa_model
+from evqa_jax.models import frame_encoder
+from evqa_jax.train import sharding
+
+
+# ------------------------------------------------------------------------------------------------ CLIP
+
+
+@pytest.fixture(scope="module")
+def hf_clip_dir():
+  torch = pytest.importorskip("torch")
+  from transformers import CLIPVisionConfig, CLIPVisionModel
+  torch.manual_seed(0)
+  cfg = CLIPVisionConfig(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                         image_size=16, patch_size=4, layer_norm_eps=1e-5)
+  model = CLIPVisionModel(cfg).eval()
+  with torch.no_grad():  # non-trivial LayerNorm parameters so their import is checked too
+    for name, p in model.named_parameters():
+      if "norm" in name:
+        p.add_(0.1 * torch.randn_like(p))
+  d = tempfile.mkdtemp(prefix="tiny_clip_")
+  model.save_pretrained(d)
+  return d, model
+
+
+def test_clip_vision_matches_hugging_face(hf_clip_dir):
+  import torch
+  path, hf_model = hf_clip_dir
+  cfg = clip_vision.CLIPVisionConfig.from_hf_dir(path)
+  assert (cfg.hidden_size, cfg.num_hidden_layers, cfg.patch_size, cfg.num_patches) == (32, 2, 4, 16)
+  params, report = clip_vision.load_hf_params(cfg, path)
+  assert not report.missing and not report.unused
+  x = np.random.RandomState(0).randn(3, 3, 16, 16).astype(np.float32)
+  with torch.no_grad():
+    ref = hf_model(pixel_values=torch.from_numpy(x))
+  out = clip_vision.CLIPVisionModel(cfg).apply({"params": params}, jnp.asarray(x.transpose(0, 2, 3, 1)))
+  np.testing.assert_allclose(np.asarray(out["last_hidden_state"]), ref.last_hidden_state.numpy(), atol=1e-5, rtol=0)
+  np.testing.assert_allclose(np.asarray(out["pooler_output"]), ref.pooler_output.numpy(), atol=1e-5, rtol=0)
+
+
+def test_clip_import_checks_shapes_and_full_clip_prefix(hf_clip_dir):
+  path, hf_model = hf_clip_dir
+  from evqa_jax.models import hf_utils
+  cfg = clip_vision.CLIPVisionConfig.from_hf_dir(path)
+  # A full CLIPModel state dict: "vision_model." prefix plus a text tower that must be ignored.
+  sd = {"vision_model." + k: v.numpy() for k, v in hf_model.state_dict().items()}
+  sd["text_model.embeddings.token_embedding.weight"] = np.zeros((10, 32), np.float32)
+  sd["logit_scale"] = np.zeros((), np.float32)
+  d = tempfile.mkdtemp(prefix="full_clip_")
+  from safetensors.numpy import save_file
+  save_file({k: np.ascontiguousarray(v) for k, v in sd.items()}, os.path.join(d, "model.safetensors"))
+  params, report = clip_vision.load_hf_params(cfg, d)
+  assert not report.unused and len(report.loaded) == len(hf_utils.flatten_params(params))
+  wrong = clip_vision.CLIPVisionConfig.from_hf_dir(path, intermediate_size=40)
+  with pytest.raises(ValueError, match=r"encoder_layers_0/mlp/fc1/(kernel|bias)"):
+    clip_vision.load_hf_params(wrong, path)
+
+
+def test_clip_frame_encoder_normalises_and_drops_class_token(hf_clip_dir):
+  path, _ = hf_clip_dir
+  cfg = clip_vision.CLIPVisionConfig.from_hf_dir(path)
+  params, _ = clip_vision.load_hf_params(cfg, path)
+  frames = np.random.RandomState(1).randint(0, 256, size=(2, 3, 16, 16, 3)).astype(np.uint8)
+  feats = clip_vision.ClipFrameEncoder(cfg).apply({"params": {"clip": params}}, jnp.asarray(frames))
+  assert feats.shape == (2, 3, 16, 32)
+  x = (frames.reshape(6, 16, 16, 3) / 255.0 - np.asarray(clip_vision.CLIP_MEAN)) / np.asarray(clip_vision.CLIP_STD)
+  ref = clip_vision.CLIPVisionModel(cfg).apply({"params": params}, jnp.asarray(x, jnp.float32))
+  np.testing.assert_allclose(np.asarray(feats).reshape(6, 16, 32), np.asarray(ref["last_hidden_state"][:, 1:]),
+                             atol=1e-5)
+
+
+# ------------------------------------------------------------------------------------------------ frame encoder
+
+
+@pytest.mark.parametrize("patch,stride,grid", [(4, 0, (4, 4)), (4, 2, (8, 8)), (8, 4, (4, 4))])
+def test_frame_encoder_grid(patch, stride, grid):
+  enc = frame_encoder.FrameEncoder(dim=8, patch_size=patch, num_blocks=1, image_size=(16, 16), output_stride=stride)
+  frames = jnp.asarray(np.random.RandomState(0).randint(0, 256, (2, 3, 16, 16, 3)), jnp.uint8)
+  params = enc.init(jax.random.key(0), frames)
+  out = enc.apply(params, frames)
+  assert enc.grid == grid and out.shape == (2, 3, grid[0] * grid[1], 8)
+  # Frames are encoded independently: changing frame 1 of video 0 changes nothing else.
+  frames2 = frames.at[0, 1].set(0)
+  out2 = enc.apply(params, frames2)
+  diff = np.abs(np.asarray(out2 - out)).max(axis=(2, 3))
+  assert diff[0, 1] > 1e-3 and np.all(np.delete(diff.reshape(-1), 1) == 0)
+
+
+def test_pool_frames_hand_computed():
+  f = jnp.asarray([[[[1.0, -2.0], [3.0, 0.0]], [[5.0, 5.0], [1.0, 1.0]]]])  # [1, T=2, P=2, D=2]
+  pooled = frame_encoder.pool_frames(f, jnp.asarray([[1, 0]]))
+  np.testing.assert_allclose(np.asarray(pooled), [[[2.0, -1.0, 3.0, 0.0], [0, 0, 0, 0]]])
+
+
+# ------------------------------------------------------------------------------------------------ heads
+
+
+def _seg_inputs(b=8, t=3, p=16, d=8, h=12, seed=0):
+  rs = np.random.RandomState(seed)
+  return (jnp.asarray(rs.randn(b, t, p, d), jnp.float32), jnp.asarray(rs.randn(b, h), jnp.float32),
+          jnp.asarray(rs.randn(b, t, h), jnp.float32))
+
+
+def test_segmentation_head_upsamples_grid_logits_bilinearly():
+  head = evidence_heads.SegmentationHead(grid=(4, 4), out_size=(12, 16), dim=8, num_heads=2, mlp_dim=16)
+  feats, q, h_vis = _seg_inputs(b=2)
+  params = head.init(jax.random.key(0), feats, q, h_vis)
+  grid_logits, pixel_logits = head.apply(params, feats, q, h_vis)
+  assert grid_logits.shape == (2, 3, 4, 4) and pixel_logits.shape == (2, 3, 12, 16)
+  # Bilinear with half-pixel centres: output pixel (y, x) samples the grid at ((y + .5) * 4/12 - .5, (x + .5) * 4/16 - .5).
+  g = np.asarray(grid_logits[0, 0], np.float64)
+
+  def sample(yy, xx):
+    yy, xx = np.clip(yy, 0, 3), np.clip(xx, 0, 3)
+    y0, x0 = int(np.floor(yy)), int(np.floor(xx))
+    y1, x1 = min(y0 + 1, 3), min(x0 + 1, 3)
+    wy, wx = yy - y0, xx - x0
+    return ((1 - wy) * (1 - wx) * g[y0, x0] + (1 - wy) * wx * g[y0, x1] + wy * (1 - wx) * g[y1, x0]
+            + wy * wx * g[y1, x1])
+
+  for y, x in [(0, 0), (5, 7), (11, 15), (6, 2)]:
+    ref = sample((y + 0.5) * 4 / 12 - 0.5, (x + 0.5) * 4 / 16 - 0.5)
+    assert abs(float(pixel_logits[0, 0, y, x]) - ref) < 1e-5
+
+
+def test_segmentation_head_sharded_matches_single_device():
+  assert jax.device_count() >= 8, "tests/conftest.py sets 8 host devices"
+  head = evidence_heads.SegmentationHead(grid=(4, 4), out_size=(16, 16), dim=16, num_heads=4, mlp_dim=32,
+                                         num_queries=2)
+  feats, q, h_vis = _seg_inputs(b=8, d=8)
+  params = nn.meta.unbox(head.init(jax.random.key(1), feats, q, h_vis))
+  with jax.default_device(jax.devices()[0]):
+    ref = head.apply(params, feats, q, h_vis)
+
+  cfg = common.base_config()
+  rules = sharding.rules_tuple(cfg.logical_axis_rules)
+  mesh = sharding.make_mesh((4, 2), ("data", "model"))
+  with nn.logical_axis_rules(rules):
+    abstract = jax.eval_shape(lambda: head.init(jax.random.key(1), feats, q, h_vis))
+    param_shardings = sharding.tree_shardings(abstract, mesh, cfg.logical_axis_rules)["params"]
+    batch_shard = sharding.batch_sharding(mesh, cfg.logical_axis_rules)
+    sharded_params = jax.device_put(params["params"], param_shardings)
+    inputs = [jax.device_put(x, batch_shard) for x in (feats, q, h_vis)]
+    fn = jax.jit(lambda p, *a: head.apply({"params": p}, *a), out_shardings=(batch_shard, batch_shard))
+    with jax.set_mesh(mesh):
+      out = fn(sharded_params, *inputs)
+  # The parameters really are split over the model axis and the outputs over the data axis.
+  kernel = sharded_params["cross_attention"]["query"]["kernel"]
+  assert kernel.sharding.spec == jax.sharding.PartitionSpec(None, "model") and len(kernel.addressable_shards) == 8
+  assert kernel.addressable_shards[0].data.shape == (16, 2, 4)
+  assert out[1].sharding.spec[0] == "data" and out[1].addressable_shards[0].data.shape[0] == 2
+  for a, b in zip(out, ref):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5, rtol=1e-5)
+
+
+def test_evidence_readout_recovers_motion():
+  # One object of one cell moving right by one cell per frame on a 4x4 grid, frames 0..3 all evidence.
+  b, t, gh, gw, d = 1, 4, 4, 4, 3
+  grid_logits = np.full((b, t, gh, gw), -30.0, np.float32)
+  for k in range(t):
+    grid_logits[0, k, 1, k] = 30.0
+  feats = np.zeros((b, t, gh * gw, d), np.float32)
+  feats[..., 0] = 1.0  # every patch has feature (1, 0, 0)
+  out = evidence_heads.evidence_readout(jnp.asarray(feats), jnp.asarray(grid_logits), jnp.full((b, t), 30.0),
+                                        jnp.ones((b, t)), (gh, gw))
+  out = np.asarray(out)[0]
+  np.testing.assert_allclose(out[:3], [1.0, 0.0, 0.0], atol=1e-3)
+  np.testing.assert_allclose(out[3:5], [30.0 * 0.25, 0.0], atol=0.03)  # x: 1/4 of the frame per frame
+  np.testing.assert_allclose(out[5:7], [1.5 / 4, 1 / 4], atol=1e-3)  # mean centroid (x, y)
+  np.testing.assert_allclose(out[7], 1 / 16, atol=1e-3)  # area: one cell of 16
+
+
+def test_answer_head_masks_padded_options():
+  head = evidence_heads.AnswerHead(dim=8)
+  h = jnp.asarray(np.random.RandomState(0).randn(2, 5, 12), jnp.float32)
+  e = jnp.asarray(np.random.RandomState(1).randn(2, 6), jnp.float32)
+  valid = jnp.asarray([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
+  params = head.init(jax.random.key(0), h, e, valid)
+  logits = np.asarray(head.apply(params, h, e, valid))
+  assert np.all(logits[1, 3:] == -1e9) and np.all(np.abs(logits[:, :3]) < 100)
+
+
+# ------------------------------------------------------------------------------------------------ whole model
+
+
+TINY_BERT = dict(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+                 max_position_embeddings=64, type_vocab_size=2, hidden_dropout_prob=0.0,
+                 attention_probs_dropout_prob=0.0)
+
+
+def _tiny_model():
+  frame_cfg = dict(dim=8, patch_size=4, num_blocks=1, output_stride=2)
+  enc = bert.BertConfig.from_dict(TINY_BERT, num_visual_tokens=4, visual_dim=16, use_adapters=True,
+                                  adapter_reduction=4, adapter_dropout=0.0)
+  return evqa_model.EVQAModel(encoder="bert", encoder_config=enc, frame_encoder="conv", frame_config=frame_cfg,
+                              image_size=(16, 16), temporal_dim=16, seg_dim=8, seg_heads=2, seg_mlp_dim=16,
+                              answer_dim=16)
+
+
+def _tiny_batch(b=4, seed=0):
+  rs = np.random.RandomState(seed)
+  t, l, c = 4, 10, 5
+  frames = rs.randint(0, 60, (b, t, 16, 16, 3)).astype(np.uint8)
+  masks = np.zeros((b, t, 16, 16), np.uint8)
+  labels = rs.randint(0, c, b)
+  for i in range(b):  # a bright square whose colour channel is the answer's parity, present in frames 1..2
+    for k in (1, 2):
+      frames[i, k, 4:10, 5:11, labels[i] % 3] = 250
+      masks[i, k, 4:10, 5:11] = 1
+  option_mask = np.zeros((b, c, l), np.int32)
+  for k in range(c):
+    option_mask[:, k, 4 + k] = 1
+  return {"frames": jnp.asarray(frames), "frame_mask": jnp.ones((b, t), jnp.int32),
+          "input_ids": jnp.asarray(rs.randint(1, 50, (b, l)), jnp.int32),
+          "attention_mask": jnp.ones((b, l), jnp.int32), "token_type_ids": jnp.zeros((b, l), jnp.int32),
+          "question_mask": jnp.asarray(np.tile([0, 1, 1, 1] + [0] * (l - 4), (b, 1)), jnp.int32),
+          "option_mask": jnp.asarray(option_mask), "option_valid": jnp.ones((b, c), jnp.int32),
+          "label": jnp.asarray(labels % 3, jnp.int32),
+          "frame_labels": jnp.asarray(np.tile([0.0, 1.0, 1.0, 0.0], (b, 1)), jnp.float32),
+          "masks": jnp.asarray(masks)}
+
+
+def test_model_shapes_and_losses_decrease():
+  model = _tiny_model()
+  batch = _tiny_batch()
+  params = nn.meta.unbox(model.init(jax.random.key(0), batch))["params"]
+  out = model.apply({"params": params}, batch)
+  assert out["answer_logits"].shape == (4, 5) and out["frame_logits"].shape == (4, 4)
+  assert out["grid_logits"].shape == (4, 4, 8, 8) and out["mask_logits"].shape == (4, 4, 16, 16)
+
+  def loss_fn(p):
+    o = model.apply({"params": p}, batch)
+    ce = optax.softmax_cross_entropy_with_integer_labels(o["answer_logits"], batch["label"]).mean()
+    tb = optax.sigmoid_binary_cross_entropy(o["frame_logits"], batch["frame_labels"]).mean()
+    mb = optax.sigmoid_binary_cross_entropy(o["mask_logits"], batch["masks"].astype(jnp.float32)).mean()
+    return ce + tb + mb, (ce, tb, mb)
+
+  tx = optax.adam(3e-3)
+  opt = tx.init(params)
+
+  @jax.jit
+  def step(p, s):
+    (l, parts), g = jax.value_and_grad(loss_fn, has_aux=True)(p)
+    u, s = tx.update(g, s, p)
+    return optax.apply_updates(p, u), s, l, parts
+
+  _, first = loss_fn(params)
+  for _ in range(30):
+    params, opt, _, parts = step(params, opt)
+  _, last = loss_fn(params)
+  for a, b in zip(first, last):
+    assert float(b) < 0.7 * float(a), (first, last)

@@ -1,0 +1,169 @@
+"""Hostile input: every case stops with an error that names the thing at fault; nothing is silently dropped.
+
+Cases run `train_and_evaluate` (in this process) on a copy of the small synthetic OVQA world that is damaged in one
+way each, with a 2-layer, 32-wide random BERT so that the runs are cheap.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import ml_collections
+import numpy as np
+import pytest
+
+from evqa_jax.data import records
+from evqa_jax.data import tfrecord
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SMALL = os.path.join(REPO, "data", "synthetic_ovqa_small", "records")
+
+
+def tiny_config(data_dir):
+  from configs import ovqa_msrvtt
+  c = ovqa_msrvtt.get_config("demo,small")
+  c.data.dir = str(data_dir)
+  c.model.pretrained = ""
+  c.model.tokenizer = "pkg:minilm"
+  c.model.shape = ml_collections.ConfigDict(dict(
+      vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+      max_position_embeddings=64))
+  c.verbalizer.variant = "A"
+  c.data.eval_splits = ()
+  c.total_steps = 1
+  c.checkpoint_every_steps = 1
+  return c
+
+
+def train(config, workdir):
+  from evqa_jax.train import train_and_evaluate
+  return train_and_evaluate(config, str(workdir))
+
+
+@pytest.fixture(scope="module")
+def world():
+  if not os.path.exists(os.path.join(SMALL, "metadata.json")):
+    from data_prep import synthetic_ovqa
+    synthetic_ovqa.ensure_world(os.path.dirname(SMALL), preset="small")
+  return SMALL
+
+
+@pytest.fixture
+def data(world, tmp_path):
+  """A private copy of the small world's records."""
+  out = tmp_path / "records"
+  shutil.copytree(world, out)
+  return out
+
+
+def _train_shard(data_dir):
+  return records.split_paths(str(data_dir), "train")[0]
+
+
+def test_corrupt_tfrecord_names_file_and_offset(data, tmp_path):
+  path = _train_shard(data)
+  offsets = tfrecord.load_index(path)
+  with open(path, "r+b") as f:  # flip one payload byte of every record: data CRC mismatch wherever it is read
+    for off in offsets.tolist():
+      f.seek(int(off) + tfrecord.HEADER_BYTES + 5)
+      b = f.read(1)
+      f.seek(int(off) + tfrecord.HEADER_BYTES + 5)
+      f.write(bytes([b[0] ^ 0xFF]))
+  with pytest.raises(Exception) as e:
+    train(tiny_config(data), tmp_path / "w")
+  msg = str(e.value)
+  assert os.path.basename(path) in msg and "byte offset" in msg and "CRC" in msg, msg
+
+
+def test_truncated_record_file_fails_at_start(data, tmp_path):
+  path = _train_shard(data)
+  with open(path, "r+b") as f:
+    f.truncate(os.path.getsize(path) * 2 // 3)
+  with pytest.raises(ValueError) as e:
+    train(tiny_config(data), tmp_path / "w")
+  msg = str(e.value)
+  assert "damaged or truncated" in msg and os.path.basename(path) in msg and "'train'" in msg, msg
+  assert not os.path.exists(tmp_path / "w" / "checkpoints"), "failed before any step"
+
+
+def test_wrong_feature_dimension_names_field_and_record(data, tmp_path):
+  meta_path = data / "metadata.json"
+  meta = json.loads(meta_path.read_text())
+  meta["splits"]["train"]["features"]["video"]["shape"] = [10, 512]  # records hold [10, 768]
+  meta_path.write_text(json.dumps(meta))
+  with pytest.raises(Exception) as e:
+    train(tiny_config(data), tmp_path / "w")
+  msg = str(e.value)
+  assert "'video'" in msg and "train-00000-of-00001.tfrecord" in msg and "record" in msg, msg
+
+
+def test_frame_count_of_config_and_records_disagree(data, tmp_path):
+  config = tiny_config(data)
+  config.data.num_frames = 8
+  with pytest.raises(ValueError, match=r"config.data.num_frames = 8 but the records .* hold 10 frames"):
+    train(config, tmp_path / "w")
+
+
+def test_empty_eval_split(data, tmp_path):
+  spec = records.load_spec(str(data), "val")
+  records.write_split(str(data), "val", [], spec)
+  config = tiny_config(data)
+  config.data.eval_splits = ("val",)
+  with pytest.raises(ValueError, match=r"evaluation split 'val' of .* has no examples"):
+    train(config, tmp_path / "w")
+
+
+def test_empty_train_split(data, tmp_path):
+  spec = records.load_spec(str(data), "train")
+  records.write_split(str(data), "train", [], spec)
+  with pytest.raises(ValueError, match=r"split 'train' of .* has no examples"):
+    train(tiny_config(data), tmp_path / "w")
+
+
+def test_answer_vocabulary_of_records_and_vocab_json_disagree(data, tmp_path):
+  vocab_path = data / "vocab.json"
+  vocab = json.loads(vocab_path.read_text())
+  # Rename every train answer: the records' answers are then missing from V_train.
+  vocab["vocab_train"] = [f"{a}_renamed" for a in vocab["vocab_train"]]
+  vocab_path.write_text(json.dumps(vocab))
+  with pytest.raises(ValueError) as e:
+    train(tiny_config(data), tmp_path / "w")
+  msg = str(e.value)
+  assert "is not in V_train" in msg and "record" in msg and "vocab.json" in msg, msg
+
+
+def test_workdir_of_another_experiment(data, tmp_path):
+  work = tmp_path / "w"
+  result = train(tiny_config(data), work)
+  assert result["step"] == 1 and np.isfinite(result["train"]["loss"])
+  other = tiny_config(data)
+  other.model.shape.hidden_size = 48
+  other.model.shape.intermediate_size = 96
+  with pytest.raises(ValueError, match=r"holds a checkpoint of another experiment.*model\.shape\.hidden_size "
+                                       r"\(checkpoint: 32, config: 48\)"):
+    train(other, work)
+  # Without config.json the identity stored inside the checkpoint still catches it.
+  os.remove(work / "config.json")
+  with pytest.raises(ValueError, match=r"checkpoints/1 was written by another experiment.*hidden_size"):
+    train(other, work)
+
+
+def _launch(*args):
+  env = dict(os.environ, PYTHONPATH=REPO)
+  return subprocess.run([sys.executable, os.path.join(REPO, "launch/train.py"), *args], cwd=REPO, env=env,
+                        capture_output=True, text=True, timeout=120)
+
+
+def test_unknown_config_key_is_named(tmp_path):
+  out = _launch("--config=configs/ovqa_msrvtt.py:demo,small", f"--workdir={tmp_path}",
+                "--config.model.hiden_size=3")
+  assert out.returncode != 0
+  assert "hiden_size" in out.stderr, out.stderr[-2000:]
+
+
+def test_unknown_config_variant_is_named(tmp_path):
+  out = _launch("--config=configs/ovqa_msrvtt.py:demo,smal", f"--workdir={tmp_path}")
+  assert out.returncode != 0
+  assert "smal" in out.stderr and "unknown variant" in out.stderr, out.stderr[-2000:]
