@@ -93,6 +93,7 @@ def evqa_config(mode: str, arg, config_file: str) -> ml_collections.ConfigDict:
     c.total_epochs = None
     c.total_steps = 240
     c.eval_every_epochs = None
+    c.eval_every_steps = 120
     c.checkpoint_every_epochs = None
     c.checkpoint_every_steps = 120
     c.log_every_steps = 20
@@ -108,6 +109,7 @@ def evqa_config(mode: str, arg, config_file: str) -> ml_collections.ConfigDict:
     c.batch_size = 8
     c.eval_batch_size = 8
     c.total_steps = 2
+    c.eval_every_steps = 2
     c.checkpoint_every_steps = 2
     c.log_every_steps = 1
   return c

@@ -123,7 +123,8 @@ def test_segmentation_head_upsamples_grid_logits_bilinearly():
   params = head.init(jax.random.key(0), feats, q, h_vis)
   grid_logits, pixel_logits = head.apply(params, feats, q, h_vis)
   assert grid_logits.shape == (2, 3, 4, 4) and pixel_logits.shape == (2, 3, 12, 16)
-  # Bilinear with half-pixel centres: output pixel (y, x) samples the grid at ((y + .5) * 4/12 - .5, (x + .5) * 4/16 - .5).
+  # Bilinear with half-pixel centres: output pixel (y, x) samples the grid at
+  # ((y + .5) * 4/12 - .5, (x + .5) * 4/16 - .5).
   g = np.asarray(grid_logits[0, 0], np.float64)
 
   def sample(yy, xx):
@@ -162,7 +163,7 @@ def test_segmentation_head_sharded_matches_single_device():
       out = fn(sharded_params, *inputs)
   # The parameters really are split over the model axis and the outputs over the data axis.
   kernel = sharded_params["cross_attention"]["query"]["kernel"]
-  assert kernel.sharding.spec == jax.sharding.PartitionSpec(None, "model") and len(kernel.addressable_shards) == 8
+  assert tuple(kernel.sharding.spec)[:2] == (None, "model") and len(kernel.addressable_shards) == 8
   assert kernel.addressable_shards[0].data.shape == (16, 2, 4)
   assert out[1].sharding.spec[0] == "data" and out[1].addressable_shards[0].data.shape[0] == 2
   for a, b in zip(out, ref):

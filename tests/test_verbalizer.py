@@ -57,6 +57,11 @@ def random_params(seed, layers=2):
                      for l in range(layers)}}
 
 
+def run(model, variables, graph, num_answers, *rest, **static):
+  """model.apply under one jit: compiles faster than op-by-op dispatch of the edge scans."""
+  return jax.jit(lambda v, g, *r: model.apply(v, g, num_answers, *r, **static))(variables, graph, *rest)
+
+
 def padded(graph, feats, budget=(16, 64, 4)):
   g, mask = pad_graph(graph, feats, *budget)
   return jax.tree.map(jnp.asarray, g), mask
@@ -76,9 +81,9 @@ def test_gat_matches_dense_reference(seed, use_product):
   ref = 0.7 * v + 0.3 * h2[:4]
 
   g, _ = padded(graph, feats)
-  out = Verbalizer("gat", eps=0.7, use_product=use_product, edge_chunk=5).apply(params, g, 4)
+  out = run(Verbalizer("gat", eps=0.7, use_product=use_product, edge_chunk=5), params, g, 4)
   np.testing.assert_allclose(out, ref, atol=1e-5, rtol=1e-5)
-  one = Verbalizer("gat", num_layers=1, eps=0.0, use_product=use_product).apply(
+  one = run(Verbalizer("gat", num_layers=1, eps=0.0, use_product=use_product),
       {"params": {"gat_0": params["params"]["gat_0"]}}, g, 4)
   np.testing.assert_allclose(one, ref_layer1, atol=1e-5, rtol=1e-5)
 
@@ -103,8 +108,8 @@ def test_custom_backward_matches_autodiff_of_dense_reference(chunk):
       h = dense_gat(jnp, h, adj, p["params"][f"gat_{l}"]["w_dst"], p["params"][f"gat_{l}"]["w_src"])
     return jnp.sum((0.6 * jax.lax.stop_gradient(x_real[:4]) + 0.4 * h[:4]) * cot)
 
-  gp, gx = jax.grad(loss_ours, argnums=(0, 1))(params, g.nodes)
-  rp, rx = jax.grad(loss_ref, argnums=(0, 1))(params, jnp.asarray(feats))
+  gp, gx = jax.jit(jax.grad(loss_ours, argnums=(0, 1)))(params, g.nodes)
+  rp, rx = jax.jit(jax.grad(loss_ref, argnums=(0, 1)))(params, jnp.asarray(feats))
   for l in range(2):
     for w in ("w_dst", "w_src"):
       np.testing.assert_allclose(gp["params"][f"gat_{l}"][w], rp["params"][f"gat_{l}"][w], atol=1e-5, rtol=1e-4)
@@ -136,7 +141,7 @@ def test_padding_budget_changes_nothing():
   results = []
   for budget in [(16, 64, 4), (40, 200, 12)]:
     g, mask = padded(graph, feats, budget)
-    out = model.apply(params, g, budget[2])
+    out = run(model, params, g, budget[2])
     assert mask.sum() == 4 and mask[:4].all()
     np.testing.assert_array_equal(out[4:], 0.0)  # padded answer slots are isolated
     grads = jax.jit(jax.grad(lambda p: jnp.sum(model.apply(p, g, budget[2])[:4] * cot)))(params)
@@ -150,13 +155,14 @@ def test_eps_one_returns_inputs_exactly_and_stop_gradient():
   feats = np.random.RandomState(12).randn(graph.num_nodes, D).astype(np.float32)
   params = random_params(13)
   g, _ = padded(graph, feats)
-  out = Verbalizer("gat", eps=1.0).apply(params, g, 4)
+  out = run(Verbalizer("gat", eps=1.0), params, g, 4)
   np.testing.assert_array_equal(np.asarray(out), feats[:4])
 
   cot = np.random.RandomState(2).randn(4, D).astype(np.float32)
 
   def grad_x(eps):
-    return jax.grad(lambda x: jnp.sum(Verbalizer("gat", eps=eps).apply(params, g._replace(nodes=x), 4) * cot))(g.nodes)
+    model = Verbalizer("gat", eps=eps)
+    return jax.jit(jax.grad(lambda x: jnp.sum(model.apply(params, g._replace(nodes=x), 4) * cot)))(g.nodes)
 
   np.testing.assert_array_equal(grad_x(1.0), 0.0)  # V under stop-gradient: nothing flows
   np.testing.assert_allclose(grad_x(0.7), 0.3 * grad_x(0.0), atol=1e-6)
@@ -168,13 +174,13 @@ def test_eps_base_fixed():
   params = random_params(16)
   g, _ = padded(graph, feats, (16, 64, 8))
   is_base = pad_answers(np.array([True, False, True, False]), 8, fill=False)
-  paper = np.asarray(Verbalizer("gat", eps=0.6).apply(params, g, 8, is_base))
-  code = np.asarray(Verbalizer("gat", eps=0.6, eps_base_fixed=True).apply(params, g, 8, is_base))
+  paper = np.asarray(run(Verbalizer("gat", eps=0.6), params, g, 8, is_base))
+  code = np.asarray(run(Verbalizer("gat", eps=0.6, eps_base_fixed=True), params, g, 8, is_base))
   np.testing.assert_array_equal(np.asarray(code[[0, 2]]), feats[[0, 2]])
   np.testing.assert_allclose(code[[1, 3]], paper[[1, 3]], atol=1e-7)
   assert not np.allclose(paper[0], feats[0])
   with pytest.raises(ValueError, match="is_base"):
-    Verbalizer("gat", eps_base_fixed=True).apply(params, g, 8)
+    run(Verbalizer("gat", eps_base_fixed=True), params, g, 8)
 
 
 def test_init_is_identity_and_logically_partitioned():
@@ -194,14 +200,14 @@ def test_variants_against_numpy():
   eps = 0.25
   v = feats[:4]
 
-  np.testing.assert_array_equal(np.asarray(Verbalizer("A").apply({}, g, 4)), v)
+  np.testing.assert_array_equal(np.asarray(run(Verbalizer("A"), {}, g, 4)), v)
 
   hard = dense_mean(feats, adj)[:4]
-  np.testing.assert_allclose(Verbalizer("hard", eps=eps).apply({}, g, 4), eps * v + (1 - eps) * hard, atol=1e-6)
+  np.testing.assert_allclose(run(Verbalizer("hard", eps=eps), {}, g, 4), eps * v + (1 - eps) * hard, atol=1e-6)
 
   # Hand check of (B) for answer 0: mean of itself and its in-neighbours.
   nbrs = sorted(set(graph.senders[graph.receivers == 0].tolist()))
-  np.testing.assert_allclose(Verbalizer("B", eps=0.0).apply({}, g, 4)[0], feats[nbrs].mean(0), atol=1e-6)
+  np.testing.assert_allclose(run(Verbalizer("B", eps=0.0), {}, g, 4)[0], feats[nbrs].mean(0), atol=1e-6)
 
   soft = Verbalizer("C", eps=eps, mlp_dim=5)
   variables = soft.init(jax.random.PRNGKey(1), g, 4)
@@ -212,11 +218,11 @@ def test_variants_against_numpy():
   mlp = p["params"]["mlp"]
   ref_c = hard + np.maximum(hard @ mlp["mlp_in"]["kernel"] + mlp["mlp_in"]["bias"], 0) @ mlp["mlp_out"]["kernel"] + \
       mlp["mlp_out"]["bias"]
-  np.testing.assert_allclose(soft.apply(p, g, 4), eps * v + (1 - eps) * ref_c, atol=1e-4, rtol=1e-5)
-  np.testing.assert_allclose(soft.apply(variables, g, 4), Verbalizer("B", eps=eps).apply({}, g, 4), atol=1e-3)
+  np.testing.assert_allclose(run(soft, p, g, 4), eps * v + (1 - eps) * ref_c, atol=1e-4, rtol=1e-5)
+  np.testing.assert_allclose(run(soft, variables, g, 4), run(Verbalizer("B", eps=eps), {}, g, 4), atol=1e-3)
 
   mean2 = dense_mean(dense_mean(feats, adj), adj)[:4]
-  np.testing.assert_allclose(Verbalizer("graph_mean", eps=eps).apply({}, g, 4), eps * v + (1 - eps) * mean2,
+  np.testing.assert_allclose(run(Verbalizer("graph_mean", eps=eps), {}, g, 4), eps * v + (1 - eps) * mean2,
                              atol=1e-6)
   assert canonical_variant("e") == "gat"
   with pytest.raises(ValueError, match="unknown verbalizer variant"):
@@ -246,8 +252,8 @@ def test_verbalizer_budget_skips_only_dead_work(variant):
       "num_receivers_padded": 8, "num_receiver_edges_padded": 16, "num_answer_edges_padded": 8}
   model = Verbalizer(variant, eps=0.3, edge_chunk=4)
   params = random_params(21) if variant == "gat" else {}
-  full = model.apply(params, g, 4)
-  fast = model.apply(params, g, 4, **fast_kw)
+  full = run(model, params, g, 4)
+  fast = run(model, params, g, 4, **fast_kw)
   np.testing.assert_allclose(fast, full, atol=1e-6)
   if variant == "gat":
     gf = jax.jit(jax.grad(lambda p: jnp.sum(model.apply(p, g, 4) ** 2)))(params)
@@ -261,7 +267,7 @@ def test_one_compilation_for_train_and_test_graphs():
   budget = (32, 96, 8)
 
   @jax.jit
-  def run(params, g):
+  def step(params, g):
     traces.append(1)
     return model.apply(params, g, budget[2])
 
@@ -271,7 +277,7 @@ def test_one_compilation_for_train_and_test_graphs():
     graph = random_graph(seed, num_nodes=14, num_answers=n_ans)
     feats = np.random.RandomState(seed).randn(graph.num_nodes, D).astype(np.float32)
     g, mask = padded(graph, feats, budget)
-    outs.append((run(params, g), mask, graph, feats))
+    outs.append((step(params, g), mask, graph, feats))
   assert len(traces) == 1
   for out, mask, graph, feats in outs:
     adj = adjacency(graph)

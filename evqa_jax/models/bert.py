@@ -217,14 +217,18 @@ class _HeadsMerge(nn.Module):
 
 
 class BertSelfAttention(nn.Module):
-  """Multi-head self-attention context `[batch, heads, S, head_dim]` (before the output dense)."""
+  """Multi-head self-attention context `[batch, heads, Q, head_dim]` (before the output dense).
+
+  Keys/values come from `x` `[batch, S, hidden]`, queries from `query` `[batch, Q, hidden]` (default: `x`).
+  """
   config: BertConfig
 
   @nn.compact
-  def __call__(self, x, mask_bias, deterministic: bool = True):
+  def __call__(self, x, mask_bias, deterministic: bool = True, query=None):
     cfg = self.config
-    # Scaling q (b*S*H values) is cheaper than scaling the scores (b*heads*S*S).
-    q = _HeadsProjection(cfg, name="query")(x) * jnp.asarray(1.0 / np.sqrt(cfg.head_dim), cfg.dtype)
+    query = x if query is None else query
+    # Scaling q (b*Q*H values) is cheaper than scaling the scores (b*heads*Q*S).
+    q = _HeadsProjection(cfg, name="query")(query) * jnp.asarray(1.0 / np.sqrt(cfg.head_dim), cfg.dtype)
     k = _HeadsProjection(cfg, name="key")(x)
     v = _HeadsProjection(cfg, name="value")(x)
     scores = jnp.einsum("bnqd,bnkd->bnqk", q, k, preferred_element_type=jnp.float32)
@@ -254,9 +258,10 @@ class BertAttention(nn.Module):
   config: BertConfig
 
   @nn.compact
-  def __call__(self, x, mask_bias, deterministic: bool = True):
-    context = BertSelfAttention(self.config, name="self")(x, mask_bias, deterministic)
-    return BertSelfOutput(self.config, name="output")(context, x, deterministic)
+  def __call__(self, x, mask_bias, deterministic: bool = True, query=None):
+    query = x if query is None else query
+    context = BertSelfAttention(self.config, name="self")(x, mask_bias, deterministic, query=query)
+    return BertSelfOutput(self.config, name="output")(context, query, deterministic)
 
 
 class BertIntermediate(nn.Module):
@@ -287,20 +292,34 @@ class BertLayer(nn.Module):
   config: BertConfig
 
   @nn.compact
-  def __call__(self, x, mask_bias, deterministic: bool = True):
-    x = BertAttention(self.config, name="attention")(x, mask_bias, deterministic)
+  def __call__(self, x, mask_bias, deterministic: bool = True, query=None):
+    """x `[batch, S, hidden]` (keys/values), query `[batch, Q, hidden]` (default x) -> `[batch, Q, hidden]`."""
+    x = BertAttention(self.config, name="attention")(x, mask_bias, deterministic, query=query)
     h = BertIntermediate(self.config, name="intermediate")(x)
-    return _constrain(BertOutput(self.config, name="output")(h, x, deterministic))
+    out = BertOutput(self.config, name="output")(h, x, deterministic)
+    return _constrain(out) if query is None else out
 
 
 class BertEncoder(nn.Module):
+  """The layer stack. With `mask_index` `[batch]` it also returns the last layer at those rows only, `[batch, H]`.
+
+  Every op of a layer after the keys/values is per query row, so the last layer run with the [MASK] row as its only
+  query equals the full layer at that row. A caller that reads only the [MASK] feature (OVQA) thereby never needs
+  the full last layer, and XLA drops it (1 / num_layers of the encoder, forward and backward).
+  """
   config: BertConfig
 
   @nn.compact
-  def __call__(self, x, mask_bias, deterministic: bool = True):
-    for i in range(self.config.num_hidden_layers):
-      x = BertLayer(self.config, name=f"layer_{i}")(x, mask_bias, deterministic)
-    return x
+  def __call__(self, x, mask_bias, deterministic: bool = True, mask_index=None):
+    layers = [BertLayer(self.config, name=f"layer_{i}") for i in range(self.config.num_hidden_layers)]
+    prev = x
+    for layer in layers:
+      prev = x
+      x = layer(x, mask_bias, deterministic)
+    if mask_index is None:
+      return x, None
+    query = jnp.take_along_axis(prev, mask_index.astype(jnp.int32)[:, None, None], axis=1)
+    return x, layers[-1](prev, mask_bias, deterministic, query=query)[:, 0]
 
 
 class BertPredictionHeadTransform(nn.Module):
@@ -393,14 +412,13 @@ class BertLM(nn.Module):
     x = _constrain(embeddings(input_ids, token_type_ids, visual_embeds, deterministic))
     # Additive key mask, kept in fp32 (scores are fp32) so bf16 cannot overflow it.
     mask_bias = jnp.where(mask[:, None, None, :] > 0, 0.0, jnp.finfo(jnp.float32).min).astype(jnp.float32)
-    hidden = BertEncoder(cfg, name="encoder")(x, mask_bias, deterministic)
+    if mask_index is not None and mask_index.shape != (batch,):
+      raise ValueError(f"BertLM: mask_index must be [batch={batch}], got {mask_index.shape}")
+    hidden, at_mask = BertEncoder(cfg, name="encoder")(x, mask_bias, deterministic, mask_index=mask_index)
     out = {"hidden": hidden}
 
     head = BertOnlyMLMHead(cfg, name="cls")
     if mask_index is not None:
-      if mask_index.shape != (batch,):
-        raise ValueError(f"BertLM: mask_index must be [batch={batch}], got {mask_index.shape}")
-      at_mask = jnp.take_along_axis(hidden, mask_index.astype(jnp.int32)[:, None, None], axis=1)[:, 0]
       out["mask_feature"] = head(at_mask)
     if decode:
       out["logits"] = head.add_bias(embeddings.attend(head(hidden)))

@@ -19,7 +19,7 @@ import dataclasses
 import functools
 import json
 import os
-from typing import Any, Dict, Optional
+from typing import Any, Dict
 
 import flax.linen as nn
 import jax

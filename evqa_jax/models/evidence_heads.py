@@ -172,7 +172,8 @@ class SegmentationHead(nn.Module):
     queries = queries + _dense(d, ("mlp", "embed"), "mlp_out", self.dtype)(nn.gelu(h))
     queries = nn.with_logical_constraint(queries, ("batch", "frames", None, "embed"))
 
-    mask_embed = _dense(d, ("embed", "mlp"), "mask_embed", self.dtype)(_layer_norm("out_LayerNorm", self.dtype)(queries))
+    mask_embed = _dense(d, ("embed", "mlp"), "mask_embed", self.dtype)(
+        _layer_norm("out_LayerNorm", self.dtype)(queries))
     pixel_embed = _dense(d, ("embed", "mlp"), "pixel_embed", self.dtype)(feats)
     logits = jnp.einsum("btkd,btpd->btkp", mask_embed, pixel_embed) / jnp.sqrt(jnp.asarray(d, self.dtype))
     bias = self.param("mask_bias", nn.with_logical_partitioning(nn.initializers.constant(-2.0), ()), ())

@@ -54,6 +54,7 @@ class OVQAModel(nn.Module):
   head: str = "open"
   num_classes: int = 0
   verbalizer: Optional[dict] = None
+  verbalizer_call: Optional[dict] = None  # static work bounds (evqa_jax.graphs.padding.verbalizer_budget)
 
   def setup(self):
     self.lm = encoders.ENCODERS[self.encoder](self.encoder_config, name="lm")
@@ -82,7 +83,8 @@ class OVQAModel(nn.Module):
     graph = jraph.GraphsTuple(nodes=nodes, edges=None, globals=None, senders=vocab["senders"],
                               receivers=vocab["receivers"], n_node=vocab["n_node"], n_edge=vocab["n_edge"])
     del answers  # the graph's first A nodes are the answers themselves (same sub-word tokens)
-    return self.verbalizer_module(graph, vocab["answer_mask"].shape[0], vocab["is_base"])
+    return self.verbalizer_module(graph, vocab["answer_mask"].shape[0], vocab["is_base"],
+                                  **(self.verbalizer_call or {}))
 
   def __call__(self, batch, vocab=None, deterministic: bool = True):
     """-> logits `[batch, A]` (open: over the padded active vocabulary, padding at -inf) or `[batch, k]` (cvqa)."""

@@ -87,7 +87,7 @@ class OVQATask(base.Task):
         raise FileNotFoundError(
             f"config.data.dir = {data_dir!r} holds no converted OVQA records (no metadata.json). Convert the "
             "release first:\n  python -m data_prep.ovqa --csv-dir <dataset>/ --features <dataset>/clipvitl14.pth "
-            f"--out {data_dir}\n  python -m data_prep.answer_graphs --data {data_dir}\n"
+            f"--out {data_dir}\n  python data_prep/answer_graphs.py --data {data_dir}\n"
             "or run the demo variant (--config=configs/ovqa_msrvtt.py:demo) on the built-in synthetic world.")
     self.metadata = records.load_metadata(data_dir)
     with open(os.path.join(data_dir, "vocab.json")) as f:
@@ -140,7 +140,7 @@ class OVQATask(base.Task):
         path = os.path.join(data_dir, name)
         if not os.path.exists(path):
           raise FileNotFoundError(f"{path} is missing: the verbalizer (config.verbalizer.variant = {vc.variant!r}) "
-                                  f"needs answer graphs; build them with `python -m data_prep.answer_graphs --data "
+                                  f"needs answer graphs; build them with `python data_prep/answer_graphs.py --data "
                                   f"{data_dir}`, or set --config.verbalizer.variant=A")
         self.graphs[split] = answer_graph.load_answer_graph(path)
       if self.graphs["train"].num_answers != len(self.answers_train):
@@ -150,8 +150,15 @@ class OVQATask(base.Task):
         raise ValueError(f"{data_dir}/graph_test.npz has {self.graphs['eval'].num_answers} answers but vocab.json "
                          f"V_test has {len(self.answers_eval)}: rebuild the graphs")
     self._budget = self._vocab_budget()
+    verbalizer_call = None
+    if self.use_graph:
+      from evqa_jax.graphs import padding
+      verbalizer_call = padding.verbalizer_budget(*self.graphs.values(), max_answers=self._budget["answers"],
+                                                  max_edges=self._budget["edges"],
+                                                  multiple=self.config.verbalizer.pad_multiple)
     self.model = OVQAModel(encoder=mc.encoder, encoder_config=self.encoder_config, head=self.head,
-                           num_classes=len(self.answers_train), verbalizer=self._verbalizer_config())
+                           num_classes=len(self.answers_train), verbalizer=self._verbalizer_config(),
+                           verbalizer_call=verbalizer_call)
     self._aux_cache = {}
 
   # -- vocabulary / graph budgets -------------------------------------------------------------------------------

@@ -212,6 +212,7 @@ def save_checkpoint(mngr: ocp.CheckpointManager, step: int, state, train_iter, i
 
 
 def _restore_step(mngr, step: int, state, train_iter, identity: dict):
+  """Restores `step` into (state, train_iter). The state is read first: a damaged state never touches the iterator."""
   step_dir = os.path.join(os.fspath(mngr.directory), str(step))
   if os.path.isdir(os.path.join(step_dir, "meta")):
     meta = mngr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
@@ -222,10 +223,9 @@ def _restore_step(mngr, step: int, state, train_iter, identity: dict):
       raise CheckpointMismatchError(
           f"checkpoint {step_dir} was written by another experiment; it differs in {'; '.join(diffs)}. "
           "Use a new --workdir or delete that one")
+  restored = mngr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(_abstract(state))))
   try:
-    restored = mngr.restore(step, args=ocp.args.Composite(
-        state=ocp.args.StandardRestore(_abstract(state)),
-        data=pipeline.checkpoint_args_restore(train_iter)))
+    mngr.restore(step, args=ocp.args.Composite(data=pipeline.checkpoint_args_restore(train_iter)))
   except ValueError as e:
     if "differs from the one being restored" in str(e):  # batch size, seed or dataset changed
       raise CheckpointMismatchError(f"cannot resume from {step_dir}: {e}") from e
@@ -233,23 +233,27 @@ def _restore_step(mngr, step: int, state, train_iter, identity: dict):
   return restored["state"]
 
 
-def restore_latest(mngr: ocp.CheckpointManager, state, train_iter, identity: dict | None = None):
-  """Restores the newest checkpoint that reads back completely -> (step, state) or (None, None).
+def restore_latest(mngr: ocp.CheckpointManager, state, make_iter, identity: dict | None = None):
+  """Restores the newest checkpoint that reads back completely -> (step or None, state or None, data iterator).
 
-  A checkpoint that fails to read (truncated or missing files, a half-written step) is reported, moved to
-  <workdir>/checkpoints_damaged/ (so the step can be written again) and the previous one is tried. A checkpoint
-  of another experiment or data pipeline raises CheckpointMismatchError instead.
+  `make_iter()` gives a fresh training iterator (positioned at the start); the one returned is positioned at the
+  restored step. A checkpoint that fails to read (truncated or missing files, a half-written step) is reported,
+  moved to <workdir>/checkpoints_damaged/ (so the step can be written again) and the previous one is tried. A
+  checkpoint of another experiment or data pipeline raises CheckpointMismatchError instead.
   """
   identity = identity if identity is not None else {}
   damaged = []
-  result = (None, None)
+  result = None
   for step in sorted(mngr.all_steps(), reverse=True):
+    it = make_iter()
     try:
-      result = (step, _restore_step(mngr, step, state, train_iter, identity))
+      result = (step, _restore_step(mngr, step, state, it, identity), it)
       break
     except CheckpointMismatchError:
+      it.close()
       raise
     except Exception as e:  # pylint: disable=broad-except
+      it.close()  # a half-restored iterator may hold prefetched batches of the wrong position
       reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
       step_dir = os.path.join(os.fspath(mngr.directory), str(step))
       logging.warning("checkpoint %s is unreadable (%s)", step_dir, reason)
@@ -268,7 +272,7 @@ def restore_latest(mngr: ocp.CheckpointManager, state, train_iter, identity: dic
         print(f"moved the damaged checkpoint of step {step} to {target}", flush=True)
     _sync("evqa_jax:damaged_moved")
     mngr.reload()
-  return result
+  return result if result is not None else (None, None, make_iter())
 
 
 class History:
@@ -374,6 +378,18 @@ def _check_record_tails(source, split: str) -> None:
       raise ValueError(f"split {split!r}: record file {source.paths[int(fid)]} is damaged or truncated ({e})") from e
 
 
+def _check_batch_sizes(config, batch_shard) -> None:
+  """Batch sizes must split evenly over the processes and over the devices of the batch axis."""
+  axes = batch_shard.spec[0] if len(batch_shard.spec) else None
+  axes = () if axes is None else ((axes,) if isinstance(axes, str) else tuple(axes))
+  shards = int(np.prod([batch_shard.mesh.shape[a] for a in axes])) if axes else 1
+  for key in ("batch_size", "eval_batch_size"):
+    value = config[key]
+    for n, what in ((jax.process_count(), "processes"), (shards, f"devices of the batch mesh axes {axes}")):
+      if value % n:
+        raise ValueError(f"config.{key} = {value} is not divisible by the {n} {what}")
+
+
 def _check_eval_splits(task, config) -> None:
   """Fails at start-up, not after hours of training, when an evaluation split is missing or empty."""
   for split in config.data.eval_splits:
@@ -398,8 +414,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
   mesh = sharding.make_mesh(config.mesh_shape, config.mesh_axes)
   rules = config.logical_axis_rules
   batch_shard = sharding.batch_sharding(mesh, rules)
-  if config.batch_size % jax.process_count():
-    raise ValueError(f"config.batch_size = {config.batch_size} is not divisible by {jax.process_count()} processes")
+  _check_batch_sizes(config, batch_shard)
 
   train_source = task.source(config.data.train_split)
   if len(train_source) == 0:
@@ -424,10 +439,9 @@ def train_and_evaluate(config, workdir: str) -> dict:
       train_source, global_batch_size=config.batch_size,
       transform=lambda ex: task.preprocess(ex, train=True), seed=config.seed,
       worker_count=config.data.worker_count)
-  train_iter = iter(loader)
 
   mngr = make_checkpoint_manager(workdir, config)
-  start_step, restored = restore_latest(mngr, state, train_iter, identity)
+  start_step, restored, train_iter = restore_latest(mngr, state, lambda: iter(loader), identity)
   if restored is not None:
     state = restored
     if is_main:
