@@ -61,6 +61,7 @@ def evqa_config(mode: str, arg, config_file: str) -> ml_collections.ConfigDict:
   c.eval = ml_collections.ConfigDict(dict(
       modes=("gen",) if mode == "gen" else ("mcq",),
       temporal_threshold=0.5,  # evidence probability above which a frame is temporal evidence
+      temporal_relative=0.5,  # nothing above it: the run around the best frame of frames >= this x its probability
       mask_threshold=0.5))  # pixel probability above which a pixel is in the evidence mask
 
   c.optim.lr = 1e-4

@@ -92,6 +92,11 @@ def test_decode_segments_every_frame():
                                                                                                  np.zeros(7)], 6.0)
   assert runs == [(4, 4)]
   np.testing.assert_allclose(segs, [(4 / 6, 5 / 6)], atol=1e-4)
+  # ... and its neighbours when they are at least half as likely (sigmoid: .047 .231 .269 .250 .047).
+  _, runs = evqa.decode_segments(np.array([-3.0, -1.2, -1.0, -1.1, -3.0]), times[:5], np.ones(5), 6.0)
+  assert runs == [(1, 3)]
+  _, runs = evqa.decode_segments(np.array([-3.0, -1.2, -1.0, -1.1, -3.0]), times[:5], np.ones(5), 6.0, relative=1.0)
+  assert runs == [(2, 2)]
 
 
 def test_decode_segments_subsampled_frames():

@@ -14,7 +14,8 @@ Decoding (generative, ST-Evidence-Gen):
     consecutive sampled frames; a run over sampled frames k0..k1 spans [start(k0), end(k1)] seconds where a frame's
     span reaches half-way to its sampled neighbours (start(0) = its time, end(last) = its time + 1 / fps), so with
     every 6-fps frame present a run of frames f0..f1 gives exactly [f0 / 6, (f1 + 1) / 6]. With no frame above the
-    threshold the single most likely frame is the evidence (every benchmark entry has some).
+    threshold the evidence is the run around the most likely frame of frames at least config.eval.temporal_relative
+    times as likely (every benchmark entry has some evidence).
   masks: for every frame predicted as evidence, the mask (logit > logit(mask_threshold)) at the frames' resolution,
     resized (nearest) to the source video's size `orig_size` when the records were stored smaller, written as
     pred_masks/<entry_id>/masks/<frame at 6 fps :05d>.png (0/255).
@@ -131,10 +132,13 @@ def frame_labels(frame_times, frame_mask, segments, fps: float) -> np.ndarray:
   return (inside & (np.asarray(frame_mask) > 0)).astype(np.float32)
 
 
-def decode_segments(frame_logits, frame_times, frame_mask, fps: float, threshold: float = 0.5):
+def decode_segments(frame_logits, frame_times, frame_mask, fps: float, threshold: float = 0.5,
+                    relative: float = 0.5):
   """Per-frame evidence logits -> (segments [(start, end)] in seconds, runs [(k0, k1)] of sampled positions).
 
-  See the module docstring for the frame spans. `threshold` is a probability.
+  See the module docstring for the frame spans. `threshold` is a probability. When no frame reaches it, the evidence
+  is the run of consecutive frames around the most likely one whose probability is at least `relative` times its
+  probability (relative = 1: that frame alone).
   """
   logits = np.asarray(frame_logits, np.float64)
   valid = np.asarray(frame_mask) > 0
@@ -148,7 +152,14 @@ def decode_segments(frame_logits, frame_times, frame_mask, fps: float, threshold
   prob = 1.0 / (1.0 + np.exp(-logits))
   on = prob > threshold
   if not on.any():
-    on[int(np.argmax(logits))] = True
+    best = int(np.argmax(logits))
+    keep = prob >= relative * prob[best]
+    lo, hi = best, best
+    while lo > 0 and keep[lo - 1]:
+      lo -= 1
+    while hi + 1 < n and keep[hi + 1]:
+      hi += 1
+    on[lo:hi + 1] = True
   half = 0.5 / float(fps)
 
   def start(k):
@@ -474,7 +485,8 @@ class EVQATask(base.Task):
       n_opt = info["num_candidates"]
       letter = LETTERS[int(np.argmax(outputs["answer_logits"][row][:n_opt]))]
       segments, runs = decode_segments(outputs["frame_logits"][row], outputs["frame_times"][row],
-                                       outputs["frame_mask"][row], info["fps"], ec.temporal_threshold)
+                                       outputs["frame_mask"][row], info["fps"], ec.temporal_threshold,
+                                       ec.temporal_relative)
       bits = np.unpackbits(outputs["masks"][row], axis=-1, count=h * w).reshape(-1, h, w).astype(bool)
       masks = {}
       for k0, k1 in runs:

@@ -135,13 +135,19 @@ class StepFns:
                                   out_shardings=repl)
 
   def context(self):
-    """Mesh + logical rules under which the steps are traced (activation sharding constraints need both)."""
+    """The logical axis rules under which the steps are traced.
+
+    No `jax.set_mesh` here on purpose: under a context mesh Flax turns every `with_logical_constraint` (and the
+    boxed-kernel reshape inside nn.DenseGeneral, which then fails for DeBERTa-v2's [embed, heads, kv] kernels) into
+    a sharding constraint. Parameters, batches and outputs carry explicit shardings, which GSPMD propagates.
+    """
     return mesh_context(self.mesh, self.rules)
 
 
 @contextlib.contextmanager
 def mesh_context(mesh, rules):
-  with jax.set_mesh(mesh), nn.logical_axis_rules(sharding.rules_tuple(rules)):
+  del mesh
+  with nn.logical_axis_rules(sharding.rules_tuple(rules)):
     yield
 
 
