@@ -5,7 +5,7 @@
 
 Per entry, one row of frames (evenly spread over the video; ground-truth mask tinted green, predicted mask tinted
 red, overlap yellow) and under it a timeline: ground-truth segments (green, upper band), predicted segments (red,
-lower band) and ticks at the frames shown. The title gives the question, the predicted and the true answer.
+lower band) and ticks at the frames shown. The timeline's label gives the question, the predicted and the true answer.
 Frames and ground-truth masks come from the records (data_prep/st_evidence.py); predicted masks are the official
 pred_masks/<entry_id>/masks/<frame>.png files, resized (nearest) to the records' frame size for display.
 """
@@ -126,10 +126,8 @@ def render(records_dir: str, pred_json: str, pred_masks: str, entry_ids: Sequenc
     ax.set_yticks([0.25, 0.75])
     ax.set_yticklabels(["pred", "GT"], fontsize=7)
     ax.tick_params(axis="x", labelsize=7)
-    ax.set_xlabel("seconds", fontsize=7)
     true_answer = candidates[int(ex["answer_index"])]
-    fig.text(0.01, 1 - (row + 0.02) / n, f"{ex['question']}  predicted: {pred_answer}  true: {true_answer}",
-             fontsize=8, va="top")
+    ax.set_xlabel(f"seconds    |    {ex['question']}  predicted: {pred_answer}  true: {true_answer}", fontsize=8)
   os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
   from evqa_jax import io as io_lib  # pylint: disable=g-import-not-at-top
   with io_lib.atomic_path(out) as tmp:
