@@ -15,7 +15,7 @@ VARIANTS = {"demo", "small", "c3d", "crossmodal", "cached", "bf16"}
 FEATURE_DIMS = {"resnet": 2048, "c3d": 4096}
 
 # A tiny BERT (random, frozen) with the MiniLM tokenizer's vocabulary: tests need the plumbing, not the semantics.
-TINY_BERT = dict(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+TINY_BERT = dict(vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
                  hidden_act="gelu", max_position_embeddings=128, type_vocab_size=2, hidden_dropout_prob=0.1,
                  attention_probs_dropout_prob=0.1, layer_norm_eps=1e-12, pad_token_id=0)
 
@@ -57,6 +57,7 @@ def violin_config(arg, config_file: str = "configs/violin.py") -> ml_collections
       single_frame=False,  # Table 3 "SglFrm": only the middle valid frame
       middle_frame="lower",  # lower: index (len-1)//2 (ours); authors: len//2 (their violin_dataset.py)
       subtitle_lstm=False,  # the authors project BERT subtitle features without an LSTM
+      hsize1=150, hsize2=300, embed_size=768,  # baseline widths: video LSTM / fusion LSTM / video projection
       use_adapters=False,  # crossmodal: adapters in every LM layer (trainable)
       dropout=0.5, dtype="float32",
       trainable=("^baseline/",)))  # everything else (text_encoder/) is frozen
@@ -100,14 +101,18 @@ def violin_config(arg, config_file: str = "configs/violin.py") -> ml_collections
     c.eval_every_epochs = None
     c.checkpoint_every_epochs = 1
     c.log_every_steps = 20
-  if "small" in variants:  # tests: tiny world, tiny random frozen encoder, a handful of steps
+  if "small" in variants:  # tests: tiny world, tiny random frozen encoder, tiny LSTMs, a handful of steps
     c.data.dir = "data/synthetic_violin_small/records"
     c.data.synthetic = "small"
+    c.data.max_frames = 6
     c.data.max_statement_tokens = 16
-    c.data.max_subtitle_tokens = 48
+    c.data.max_subtitle_tokens = 24  # truncates the subtitles: the plumbing is tested, not the world's facts
     c.model.pretrained = ""
     c.model.tokenizer = "pkg:minilm"
     c.model.shape = ml_collections.ConfigDict(TINY_BERT)
+    c.model.hsize1, c.model.hsize2, c.model.embed_size = 4, 8, 8
+    c.model.dropout = 0.1
+    c.optim.lr = 3e-3
     c.batch_size = 8
     c.eval_batch_size = 16
     c.total_epochs = None

@@ -8,20 +8,30 @@ DIR/records/synthetic_statement_types.json adds what the release does not have: 
 statement type ("visual" | "dialogue" | "combined") and how the negative was made ("edit" | "adversarial"),
 so that accuracy can be broken down as in the paper's analysis.
 
-The world:
-- Every clip has three visual facts (a place shown in every frame, an object and an action each shown in a
-  window of frames) and three dialogue facts (a city, a food and a relative, each mentioned in one subtitle
-  line among filler lines). Facts are drawn uniformly and independently per clip.
-- Frame features [T, 512], 8 <= T <= 32 at 3 fps: a fixed random projection of the GloVe vectors (centred on
-  the mean of the world's visual vocabulary, unit norm) of the visual concepts visible in the frame, plus a distractor concept in some frames, plus Gaussian noise. Visual
-  fact words never occur in subtitles and dialogue fact words never occur in the frames.
+The world (built so that the paper's Table 3 input ablation shows in a CPU demo):
+- Every clip has three visual facts and three dialogue facts (a city, a food and a relative, each mentioned in one
+  subtitle line among filler lines). Facts are drawn uniformly and independently per clip; the visual vocabulary is
+  small (6 words per category) so that every visual concept has hundreds of train clips.
+- Frame features [T, 512], 12 <= T <= 32 at 3 fps: per frame, the sum of the visual concepts shown in it, each a
+  fixed random projection of its GloVe vector (centred on the mean of the world's visual vocabulary), plus a weak
+  distractor concept in some frames and Gaussian noise. When each fact is visible:
+    place   every frame;
+    object  a long window (40-80% of the clip) that always covers the middle of the clip;
+    action  a short window (about a fifth of the clip, at least 3 frames) in the first or last third, never
+            touching the middle (the frames a middle-frame pick can land on, also after uniform subsampling to
+            12 frames): a single middle frame shows place and object but never the action.
+  Visual fact words never occur in subtitles and dialogue fact words never occur in the frames.
 - Each clip has three statement pairs in shuffled order: a visual-fact statement, a dialogue-fact statement and
   a combined one. Negatives are (a) minimal edits (one fact word swapped for another word of the same category,
   same template, same length) or (b), for half the combined pairs, adversarial matching: the most similar
   (token Jaccard) positive statement of another clip of the same split and template that is false here.
   Replacement words are uniform over the category, like the true words, so a positive and a negative are equally
   likely a priori: statement-only models sit at chance, subtitles decide dialogue statements, video decides
-  visual statements, and combined statements may need either.
+  visual statements (the single middle frame only those not about the action), and combined statements may need
+  either.
+
+`ensure_world(DIR, preset)` builds the world once (file-locked, safe for concurrent sweep points) and returns
+DIR/records; the VIOLIN task calls it for the demo and small configs.
 """
 
 from __future__ import annotations
@@ -42,16 +52,22 @@ FPS = 3.0
 PROJECTION_SEED = 20200101  # fixed: the "visual encoder" is the same in every world
 SIZES = {"default": {"train": 1500, "validate": 300, "test": 300},
          "small": {"train": 40, "validate": 12, "test": 12}}
-NOISE_STD = 0.05
+PRESETS = tuple(SIZES)
+# Bumped whenever the generator's output changes: ensure_world refuses a directory built by another version.
+WORLD_VERSION = 2
+MIN_FRAMES, MAX_FRAMES = 12, 32
+NOISE_STD = 0.02
+# Weights of the concept vectors in a frame (before the converter's L2 normalisation).
+PLACE_WEIGHT, OBJECT_WEIGHT, ACTION_WEIGHT, DISTRACTOR_WEIGHT = 1.0, 1.0, 1.3, 0.4
+# Frames around the middle that a single-frame pick may use: original indices in [0.42, 0.58] * (T - 1) (covers
+# the lower/upper middle of the clip and of its 12-frame uniform subsample) plus (T-1)//2 and T//2.
+MIDDLE_BAND = (0.42, 0.58)
 TYPES_FILE = "synthetic_statement_types.json"
 
 VISUAL = {
-    "object": ["guitar", "umbrella", "phone", "laptop", "book", "bottle", "camera", "hat", "ball", "knife",
-               "newspaper", "cup", "bag", "dog", "bicycle", "flowers"],
-    "place": ["kitchen", "office", "park", "beach", "restaurant", "hospital", "garden", "library", "bar",
-              "classroom", "street", "bedroom", "church", "airport"],
-    "action": ["dancing", "running", "cooking", "reading", "sleeping", "crying", "laughing", "singing",
-               "fighting", "smoking", "writing", "swimming"],
+    "object": ["guitar", "umbrella", "laptop", "bottle", "dog", "bicycle"],
+    "place": ["kitchen", "office", "beach", "hospital", "library", "church"],
+    "action": ["dancing", "running", "cooking", "sleeping", "swimming", "singing"],
 }
 DIALOGUE = {
     "city": ["paris", "london", "tokyo", "chicago", "boston", "rome", "vegas", "miami", "berlin", "seattle",
@@ -123,23 +139,54 @@ def _concept_embeddings() -> dict[str, np.ndarray]:
   return {w: (glove[w] - mean) / np.linalg.norm(glove[w] - mean) @ proj for w in words}
 
 
+def middle_band(num_frames: int) -> tuple[int, int]:
+  """[lo, hi] (inclusive) original frame indices a single middle-frame pick can land on."""
+  lo = min(int(np.floor(MIDDLE_BAND[0] * (num_frames - 1))), (num_frames - 1) // 2)
+  hi = max(int(np.ceil(MIDDLE_BAND[1] * (num_frames - 1))), num_frames // 2)
+  return lo, hi
+
+
 def _window(rng, num_frames: int) -> tuple[int, int]:
+  """Anywhere, 40-80% of the clip."""
   length = int(rng.integers(max(2, int(0.4 * num_frames)), int(0.8 * num_frames) + 1))
   start = int(rng.integers(0, num_frames - length + 1))
   return start, start + length
 
 
+def _middle_window(rng, num_frames: int) -> tuple[int, int]:
+  """40-80% of the clip, always covering the middle band."""
+  lo, hi = middle_band(num_frames)
+  length = int(rng.integers(max(hi - lo + 1, int(0.4 * num_frames)), int(0.8 * num_frames) + 1))
+  start = int(rng.integers(max(0, hi + 1 - length), min(lo, num_frames - length) + 1))
+  return start, start + length
+
+
+def _short_window(rng, num_frames: int) -> tuple[int, int]:
+  """About a fifth of the clip (>= 3 frames, so that a uniform 12-frame subsample keeps one of them), entirely
+  before or after the middle band."""
+  lo, hi = middle_band(num_frames)
+  length = max(3, int(round(0.2 * num_frames)))
+  if length > lo or length > num_frames - 1 - hi:
+    raise ValueError(f"a clip of {num_frames} frames has no room for a {length}-frame window off the middle")
+  if rng.random() < 0.5:
+    start = int(rng.integers(0, lo - length + 1))
+  else:
+    start = int(rng.integers(hi + 1, num_frames - length + 1))
+  return start, start + length
+
+
 def _make_clip(rng, concept: dict[str, np.ndarray]) -> tuple[dict, np.ndarray]:
   facts = {c: str(rng.choice(ws)) for c, ws in CATEGORIES.items()}
-  num_frames = int(rng.integers(8, 33))
+  num_frames = int(rng.integers(MIN_FRAMES, MAX_FRAMES + 1))
   video = np.zeros((num_frames, FEATURE_DIM))
-  video += concept[facts["place"]]
-  for c in ("object", "action"):
-    s, e = _window(rng, num_frames)
-    video[s:e] += 1.5 * concept[facts[c]]
+  video += PLACE_WEIGHT * concept[facts["place"]]
+  s, e = _middle_window(rng, num_frames)
+  video[s:e] += OBJECT_WEIGHT * concept[facts["object"]]
+  s, e = _short_window(rng, num_frames)
+  video[s:e] += ACTION_WEIGHT * concept[facts["action"]]
   distractor = str(rng.choice(DISTRACTORS))
   s, e = _window(rng, num_frames)
-  video[s:e] += 0.7 * concept[distractor]
+  video[s:e] += DISTRACTOR_WEIGHT * concept[distractor]
   video += rng.normal(0.0, NOISE_STD, size=video.shape) * np.sqrt(FEATURE_DIM / 50)
   lines = [rng.choice(SUBTITLE_TEMPLATES[c]).format(**facts) for c in DIALOGUE]
   lines += [str(x) for x in rng.choice(FILLERS, size=int(rng.integers(2, 5)), replace=False)]
@@ -231,11 +278,43 @@ def generate(out: str, seed: int = 0, small: bool = False, num_shards: int = 1, 
   rec = os.path.join(out, "records")
   counts = violin.convert(ann_path, h5_path, rec, feature="resnet", feature_dim=FEATURE_DIM,
                           num_shards=num_shards, verbose=verbose)
-  evqa_io.write_json(os.path.join(rec, TYPES_FILE), types)
   from evqa_jax.data import records
-  records.update_metadata(rec, synthetic={"world": "violin", "seed": seed, "small": small,
-                                          "statement_types_file": TYPES_FILE})
+  records.update_metadata(rec, synthetic={"world": "violin", "version": WORLD_VERSION, "seed": seed,
+                                          "small": small, "statement_types_file": TYPES_FILE})
+  # Written last: its presence marks a complete world (ensure_world).
+  evqa_io.write_json(os.path.join(rec, TYPES_FILE), types)
   return counts
+
+
+def ensure_world(world_dir: str, preset: str = "default", verbose: bool = True) -> str:
+  """Builds the world of `preset` ("default" or "small", seed 0) in world_dir unless world_dir/records already
+  holds a complete one (its statement-type file is written last); returns world_dir/records. Safe when several
+  processes call it at once (a file lock serialises them). A world built by another generator version or preset
+  raises an error naming the directory to delete (it is never removed here)."""
+  import fcntl  # pylint: disable=g-import-not-at-top
+  if preset not in PRESETS:
+    raise ValueError(f"unknown synthetic VIOLIN preset {preset!r} (choose from {list(PRESETS)})")
+  records_dir = os.path.join(world_dir, "records")
+  os.makedirs(world_dir, exist_ok=True)
+  with open(os.path.join(world_dir, ".build.lock"), "a") as lock:
+    fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+    try:
+      if os.path.exists(os.path.join(records_dir, TYPES_FILE)):
+        from evqa_jax.data import records  # pylint: disable=g-import-not-at-top
+        built = records.load_metadata(records_dir).get("synthetic") or {}
+        want = {"version": WORLD_VERSION, "small": preset == "small"}
+        have = {k: built.get(k) for k in want}
+        if have != want:
+          raise ValueError(
+              f"{world_dir} holds a synthetic VIOLIN world built with {have}, not {want} (preset {preset!r}): "
+              f"delete {world_dir} (and runs trained on it) to rebuild it")
+      else:
+        if verbose:
+          print(f"building the synthetic VIOLIN world ({preset}) in {world_dir}", flush=True)
+        generate(world_dir, small=preset == "small", verbose=verbose)
+    finally:
+      fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+  return records_dir
 
 
 def main(argv=None) -> int:

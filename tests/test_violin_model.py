@@ -14,6 +14,22 @@ from evqa_jax.models.violin_baseline import (ViolinBaseline, masked_dot_attentio
                                              params_from_authors_state_dict, violin_accuracy)
 
 TEXT_DIM, FEAT_DIM = 24, 20
+# Tiny widths for the tests that are not about the authors' widths (parity with their model keeps 150/300/768).
+TINY = dict(hsize1=4, hsize2=8, embed_size=8)
+_APPLY = {}
+
+
+def _model(**kw):
+  return ViolinBaseline(FEAT_DIM, TEXT_DIM, **{**TINY, **kw})
+
+
+def _apply(**kw):
+  """jax.jit(model.apply) of the tiny model with these attributes, one jitted function per configuration, so that
+  tests using the same configuration (and input shapes) share its compilation."""
+  key = tuple(sorted(kw.items()))
+  if key not in _APPLY:
+    _APPLY[key] = jax.jit(_model(**kw).apply)
+  return _APPLY[key]
 
 
 def _mask(lengths, max_len):
@@ -231,10 +247,10 @@ ABLATIONS = [dict(use_video=True, use_subtitles=True), dict(use_video=True, use_
 
 @pytest.mark.parametrize("kw", ABLATIONS, ids=lambda kw: "-".join(k for k, v in kw.items() if v) or "stmt")
 def test_ablation_outputs_and_unused_inputs(kw):
-  model = ViolinBaseline(FEAT_DIM, TEXT_DIM, **kw)
+  model = _model(**kw)
   x = _jx(_inputs(seed=5))
   variables = _np_params(model, x, seed=1)
-  apply = jax.jit(model.apply)   # one compile, reused for every perturbation (same shapes)
+  apply = _apply(**kw)   # one compile, reused for every perturbation (same shapes) and by later tests
   base = np.asarray(apply(variables, **x))
   assert base.shape == (3,) and base.dtype == np.float32 and np.all(np.isfinite(base))
 
@@ -276,9 +292,10 @@ def test_statement_only_params_init_and_dropout():
     bound = 1 / np.sqrt(fan_in)
     assert np.abs(kernel).max() <= bound and np.abs(kernel).max() > 0.8 * bound
     assert np.abs(bias).max() <= bound and np.any(bias != 0)
-  base = model.apply(variables, x["statement"], x["statement_mask"], None, None, None, None)
-  np.testing.assert_array_equal(model.apply(variables, **x), base)
-  dropped = model.apply(variables, **x, deterministic=False, rngs={"dropout": jax.random.key(2)})
+  apply = jax.jit(model.apply, static_argnames="deterministic")  # eager apply would compile op by op
+  base = apply(variables, x["statement"], x["statement_mask"], None, None, None, None)
+  np.testing.assert_array_equal(apply(variables, **x), base)
+  dropped = apply(variables, **x, deterministic=False, rngs={"dropout": jax.random.key(2)})
   assert np.all(np.isfinite(np.asarray(dropped))) and np.any(np.asarray(dropped) != np.asarray(base))
 
 
@@ -301,15 +318,15 @@ def test_single_frame_uses_middle_valid_frame():
   np.testing.assert_array_equal(middle_frame_index(lengths, "lower"), expected)
   with pytest.raises(ValueError, match="middle_frame"):
     middle_frame_index(lengths, "centre")
-  model = ViolinBaseline(FEAT_DIM, TEXT_DIM, single_frame=True)
-  full = ViolinBaseline(FEAT_DIM, TEXT_DIM)
+  model = _model(use_video=True, use_subtitles=True, single_frame=True)
   x = _jx(_inputs(seed=7))   # video lengths 8, 5, 2
   variables = _np_params(model, x, seed=3)
-  apply = jax.jit(model.apply)
+  apply = _apply(use_video=True, use_subtitles=True, single_frame=True)
   got = np.asarray(apply(variables, **x))
   idx = np.asarray(expected[:3])
   one = jnp.asarray(np.asarray(x["video"])[np.arange(3), idx][:, None])
-  want = np.asarray(jax.jit(full.apply)(variables, **{**x, "video": one, "video_mask": jnp.ones((3, 1), jnp.int32)}))
+  want = np.asarray(_apply(use_video=True, use_subtitles=True)(
+      variables, **{**x, "video": one, "video_mask": jnp.ones((3, 1), jnp.int32)}))
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
   other = np.asarray(x["video"]).copy()
   keep = other[np.arange(3), idx].copy()
@@ -331,13 +348,13 @@ def test_bad_inputs_raise_clear_errors():
 
 
 def test_bfloat16_compute_is_finite():
-  model = ViolinBaseline(FEAT_DIM, TEXT_DIM, use_video=False, dtype=jnp.bfloat16)
-  x = _jx(_inputs())
+  model = _model(use_video=False, use_subtitles=True, dtype=jnp.bfloat16)
+  x = _jx(_inputs(seed=5))
   shapes = jax.eval_shape(lambda: model.init(jax.random.key(0), **x))
   assert all(v.dtype == jnp.float32 for v in jax.tree.leaves(nn.meta.unbox(shapes)))
   variables = _np_params(model, x)
   out = jax.jit(model.apply)(variables, **x)
-  ref = jax.jit(ViolinBaseline(FEAT_DIM, TEXT_DIM, use_video=False).apply)(variables, **x)
+  ref = _apply(use_video=False, use_subtitles=True)(variables, **x)
   assert out.dtype == jnp.float32 and np.all(np.isfinite(np.asarray(out)))
   np.testing.assert_allclose(np.asarray(out), np.asarray(ref), atol=5e-2)
 
@@ -362,46 +379,65 @@ def test_paired_loss_and_accuracy_by_hand():
 STEPS = 40
 
 
+def test_pair_of_statements_scores_like_the_repeated_clip():
+  """statement [b, 2, Ls, D]: the clip is encoded once, and each statement scores exactly as when the clip is
+  repeated for it (the [2b] layout of one statement per row)."""
+  kw = dict(use_video=True, use_subtitles=True, subtitle_lstm=True)
+  model = _model(**kw)
+  x = _inputs(seed=9, batch=6, s_len=(6, 3, 1, 4, 5, 2), u_len=(7, 7, 2, 2, 5, 5), v_len=(8, 8, 5, 5, 2, 2))
+  variables = _np_params(model, _jx(x), seed=4)
+  pair = {k: v.reshape((3, 2) + v.shape[1:]) if k.startswith("statement") else v[::2] for k, v in x.items()}
+  rep = {k: v if k.startswith("statement") else np.repeat(v[::2], 2, axis=0) for k, v in x.items()}
+  got = np.asarray(jax.jit(model.apply)(variables, **_jx(pair)))
+  want = np.asarray(jax.jit(model.apply)(variables, **_jx(rep)))
+  assert got.shape == (3, 2)
+  np.testing.assert_allclose(got.reshape(6), want, rtol=1e-5, atol=1e-6)
+  with pytest.raises(ValueError, match="statement_mask shape"):
+    model.apply(variables, **_jx({**pair, "statement_mask": pair["statement_mask"][:, :, :3]}))
+
+
 def test_adam_training_separates_a_synthetic_problem():
-  """Positive statements repeat the clip's topic (seen in subtitles and video), negatives another clip's topic:
-  solvable only by comparing the statement with its context."""
+  """Positives repeat the clip's topic (seen in subtitles and video), negatives another clip's topic: solvable only
+  by comparing the statement with its context. Both statements of a pair go through one call ([n, 2, Ls, D])."""
   r = np.random.RandomState(8)
   n, ls, lu, t = 8, 3, 4, 3
   topics = r.randn(n, TEXT_DIM).astype(np.float32)
   proj = r.randn(TEXT_DIM, FEAT_DIM).astype(np.float32) / np.sqrt(TEXT_DIM)
   noise = lambda *shape: 0.3 * r.randn(*shape).astype(np.float32)
   other = (np.arange(n) + 1 + r.randint(n - 1, size=n)) % n
+  s_mask = _mask(r.randint(2, ls + 1, n), ls)
   batch = dict(subtitles=topics[:, None] + noise(n, lu, TEXT_DIM), subtitle_mask=_mask(r.randint(2, lu + 1, n), lu),
-               video=(topics @ proj)[:, None] + noise(n, t, FEAT_DIM), video_mask=_mask(r.randint(1, t + 1, n), t))
-  pos = dict(statement=topics[:, None] + noise(n, ls, TEXT_DIM), statement_mask=_mask(r.randint(2, ls + 1, n), ls))
-  neg = dict(statement=topics[other][:, None] + noise(n, ls, TEXT_DIM), statement_mask=pos["statement_mask"])
-  batch, pos, neg = ({k: jnp.asarray(v) for k, v in d.items()} for d in (batch, pos, neg))
-
-  model = ViolinBaseline(FEAT_DIM, TEXT_DIM, dropout=0.1)
-  # Positives and negatives share the context, so one forward pass over the stacked batch scores both.
-  both = {**{k: jnp.concatenate([v, v]) for k, v in batch.items()},
-          **{k: jnp.concatenate([pos[k], neg[k]]) for k in pos}}
-  params = _np_params(model, both, seed=0)["params"]
-  tx = optax.adamw(3e-4, weight_decay=1e-5)   # the authors' learning rate and weight decay
+               video=(topics @ proj)[:, None] + noise(n, t, FEAT_DIM), video_mask=_mask(r.randint(1, t + 1, n), t),
+               statement=np.stack([topics[:, None] + noise(n, ls, TEXT_DIM),
+                                   topics[other][:, None] + noise(n, ls, TEXT_DIM)], axis=1),
+               statement_mask=np.stack([s_mask, s_mask], axis=1))
+  batch = _jx(batch)
+  model = _model(dropout=0.1, hsize1=16, hsize2=32, embed_size=32)
+  params = _np_params(model, batch, seed=0)["params"]
+  tx = optax.adamw(3e-3, weight_decay=1e-5)
   opt_state = tx.init(params)
 
   def loss_fn(params, key, deterministic):
-    logits = model.apply({"params": params}, **both, deterministic=deterministic, rngs={"dropout": key})
-    return paired_loss(logits[:n], logits[n:]), (logits[:n], logits[n:])
+    logits = model.apply({"params": params}, **batch, deterministic=deterministic, rngs={"dropout": key})
+    return paired_loss(logits[:, 0], logits[:, 1]), logits
 
   @jax.jit
-  def step(params, opt_state, key):
-    (loss, _), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, key, False)
-    updates, opt_state = tx.update(grads, opt_state, params)
-    return optax.apply_updates(params, updates), opt_state, loss
+  def train(params, opt_state, key):
+    loss0, _ = loss_fn(params, key, True)
 
-  evaluate = jax.jit(lambda p: loss_fn(p, jax.random.key(0), True))
-  loss0, _ = evaluate(params)
-  key = jax.random.key(1)
-  for _ in range(STEPS):
-    key, sub = jax.random.split(key)
-    params, opt_state, _ = step(params, opt_state, sub)
-  loss1, (lp, ln) = evaluate(params)
-  correct, total = violin_accuracy(lp, ln)
+    def body(carry, key):
+      params, opt_state = carry
+      (loss, _), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, key, False)
+      updates, opt_state = tx.update(grads, opt_state, params)
+      return (optax.apply_updates(params, updates), opt_state), loss
+
+    # All steps in one compiled scan: the LSTMs' backward pass is compiled once.
+    (params, opt_state), losses = jax.lax.scan(body, (params, opt_state), jax.random.split(key, STEPS))
+    loss, logits = loss_fn(params, key, True)
+    return loss0, losses, loss, logits
+
+  loss0, losses, loss1, logits = train(params, opt_state, jax.random.key(1))
+  correct, total = violin_accuracy(logits[:, 0], logits[:, 1])
+  assert np.all(np.isfinite(np.asarray(losses)))
   assert float(loss1) < 0.05 * float(loss0), (float(loss0), float(loss1))
   assert int(correct) == int(total) == 2 * n

@@ -304,6 +304,31 @@ class DebertaV2Embeddings(nn.Module):
     return x, pos
 
 
+class _Projection(nn.Module):
+  """Dense layer with a multi-axis kernel created at its full shape (same params as nn.DenseGeneral).
+
+  nn.DenseGeneral builds its kernel flat and reshapes it, which breaks 3-name logical partitioning under a mesh.
+  `spec`: einsum of input, kernel -> output; `kernel_shape`/`bias_shape` and their logical axis names.
+  """
+  spec: str
+  kernel_shape: Tuple[int, ...]
+  kernel_axes: Tuple[Optional[str], ...]
+  bias_axes: Tuple[Optional[str], ...]
+  init_std: float
+  dtype: Any = jnp.float32
+  param_dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x):
+    kernel = self.param("kernel", nn.with_logical_partitioning(nn.initializers.normal(self.init_std),
+                                                               self.kernel_axes), self.kernel_shape,
+                        self.param_dtype)
+    bias_shape = self.kernel_shape[-len(self.bias_axes):]
+    bias = self.param("bias", nn.with_logical_partitioning(nn.initializers.zeros, self.bias_axes), bias_shape,
+                      self.param_dtype)
+    return jnp.einsum(self.spec, x.astype(self.dtype), kernel.astype(self.dtype)) + bias.astype(self.dtype)
+
+
 class DisentangledSelfAttention(nn.Module):
   """Multi-head attention with content->position and position->content relative terms."""
   config: DebertaV2Config
@@ -316,9 +341,8 @@ class DisentangledSelfAttention(nn.Module):
     heads, dim = cfg.num_attention_heads, cfg.head_dim
 
     def proj(name):
-      return nn.DenseGeneral((heads, dim), dtype=cfg.dtype, param_dtype=cfg.param_dtype, name=name,
-                             kernel_init=nn.with_logical_partitioning(_dense_init(cfg), ("embed", "heads", "kv")),
-                             bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("heads", "kv")))
+      return _Projection("...h,hnd->...nd", (cfg.hidden_size, heads, dim), ("embed", "heads", "kv"),
+                         ("heads", "kv"), cfg.initializer_range, cfg.dtype, cfg.param_dtype, name=name)
 
     query_proj, key_proj, value_proj = proj("query_proj"), proj("key_proj"), proj("value_proj")
     q, k, v = query_proj(query), key_proj(hidden), value_proj(hidden)
@@ -354,9 +378,9 @@ class DebertaV2SelfOutput(nn.Module):
   @nn.compact
   def __call__(self, context, residual, deterministic=True):
     cfg = self.config
-    x = nn.DenseGeneral(cfg.hidden_size, axis=(-2, -1), dtype=cfg.dtype, param_dtype=cfg.param_dtype, name="dense",
-                        kernel_init=nn.with_logical_partitioning(_dense_init(cfg), ("heads", "kv", "embed")),
-                        bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)))(context)
+    x = _Projection("...nd,ndh->...h", (cfg.num_attention_heads, cfg.head_dim, cfg.hidden_size),
+                    ("heads", "kv", "embed"), ("embed",), cfg.initializer_range, cfg.dtype, cfg.param_dtype,
+                    name="dense")(context)
     if cfg.use_adapters:
       x = Adapter(cfg.hidden_size, cfg.adapter_reduction, cfg.adapter_dropout, dtype=cfg.dtype,
                   param_dtype=cfg.param_dtype, name="adapter_attn")(x, deterministic=deterministic)

@@ -4,11 +4,13 @@ All three read the cross-modal encoder's output (`q`: the pooled question tokens
 states at the visual-prefix positions `[batch, T, H]`, which have attended to the question and the options) together
 with the frame encoder's patch features `[batch, T, P, D]`.
 
-- `TemporalHead` -> per-frame evidence logits `[batch, T]`: an additive MLP over (h_vis_t, q, pooled frame feature),
-  a temporal convolution over frames (evidence comes in runs, so neighbouring frames should agree), plus a
-  bilinear question x frame term that lets "the red object" find red frames before the LM has adapted.
+- `TemporalHead` -> per-frame evidence logits `[batch, T]`: an additive MLP over (h_vis_t, q, pooled frame feature,
+  statistics of the frame's question-conditioned mask logits), a temporal convolution over frames (evidence comes in
+  runs, so neighbouring frames should agree), a bilinear question x frame term, and a direct term from the frame's
+  largest mask logit: a frame is evidence when the object the question refers to is visible in it.
 - `SegmentationHead` -> per-frame mask logits on the patch grid `[batch, T, gh, gw]` and upsampled (bilinear,
-  `jax.image.resize`) to the pixel size `[batch, T, H, W]`. K evidence-query tokens per frame (learned embeddings +
+  `jax.image.resize`) to the pixel size `[batch, T, H, W]`. The projected patch features are FiLM-modulated by the
+  question (scale and shift from q), so pixel embeddings depend on what is asked. K evidence-query tokens per frame (learned embeddings +
   a projection of q + a projection of h_vis_t) cross-attend to that frame's patch features (one decoder layer:
   attention + MLP, pre-LN), then each query's mask is the scaled dot product with the projected patch features; the
   K masks are merged by a max over queries, because the ground truth merges all evidence objects into one mask.
@@ -46,11 +48,15 @@ class TemporalHead(nn.Module):
   dtype: Any = jnp.float32
 
   @nn.compact
-  def __call__(self, h_vis, q, g):
+  def __call__(self, h_vis, q, g, mask_stats=None):
+    """mask_stats `[b, T, S]` (optional): statistics of the question-conditioned mask logits of each frame
+    (`mask_statistics`); the queried object being visible in a frame is the most direct temporal evidence."""
     d = self.dim
     h = (_dense(d, ("embed", "mlp"), "vis", self.dtype)(_layer_norm("vis_LayerNorm", self.dtype)(h_vis))
          + _dense(d, ("embed", "mlp"), "question", self.dtype)(_layer_norm("q_LayerNorm", self.dtype)(q))[:, None]
          + _dense(d, ("embed", "mlp"), "frame", self.dtype)(_layer_norm("g_LayerNorm", self.dtype)(g)))
+    if mask_stats is not None:
+      h = h + _dense(d, (None, "mlp"), "mask_stats", self.dtype)(mask_stats.astype(self.dtype))
     h = nn.with_logical_constraint(nn.gelu(h), ("batch", "frames", "mlp"))
     # Temporal context: evidence windows are contiguous runs of frames.
     h = h + nn.gelu(nn.Conv(d, (self.kernel_size,), padding="SAME", dtype=self.dtype, name="temporal_conv",
@@ -61,7 +67,19 @@ class TemporalHead(nn.Module):
     qb = _dense(d, ("embed", "mlp"), "bilinear_q", self.dtype)(q)
     gb = _dense(d, ("embed", "mlp"), "bilinear_g", self.dtype)(g)
     logits = logits + jnp.einsum("bd,btd->bt", qb, gb) / jnp.sqrt(jnp.asarray(d, self.dtype))
+    if mask_stats is not None:
+      # A direct path from "the mask fires in this frame" to "this frame is evidence" (a learned affine map of the
+      # frame's largest mask logit), so the temporal head agrees with the segmentation head from the first steps.
+      scale = self.param("mask_max_scale", nn.with_logical_partitioning(nn.initializers.constant(1.0), ()), ())
+      logits = logits + scale * mask_stats[..., 0].astype(self.dtype)
     return logits.astype(jnp.float32)
+
+
+def mask_statistics(grid_logits):
+  """`[b, T, gh, gw]` mask logits -> `[b, T, 3]`: max logit, log of the soft area (sum of probabilities, +1) and the
+  mean logit, per frame."""
+  flat = grid_logits.reshape(grid_logits.shape[:2] + (-1,)).astype(jnp.float32)
+  return jnp.stack([jnp.max(flat, -1), jnp.log1p(jnp.sum(jax.nn.sigmoid(flat), -1)), jnp.mean(flat, -1)], axis=-1)
 
 
 class HeadProjection(nn.Module):
@@ -154,6 +172,12 @@ class SegmentationHead(nn.Module):
     d, k = self.dim, self.num_queries
     feats = _dense(d, ("embed", "mlp"), "patch_proj", self.dtype)(
         _layer_norm("patch_LayerNorm", self.dtype)(patch_features))
+    # FiLM by the question: the pixel embeddings themselves depend on what is asked, so "the red circle" and
+    # "the blue square" light up different pixels of the same frame (the referring-segmentation recipe).
+    film = _dense(2 * d, ("embed", "mlp"), "film", self.dtype, init_std=1e-3)(
+        _layer_norm("film_LayerNorm", self.dtype)(q))
+    gamma, beta = film[:, None, None, :d], film[:, None, None, d:]
+    feats = nn.gelu(feats * (1.0 + gamma) + beta)
     feats = nn.with_logical_constraint(feats, ("batch", "frames", "length", "embed"))
 
     query_embed = self.param("query_embed", nn.with_logical_partitioning(nn.initializers.normal(0.02), (None, "embed")),

@@ -8,8 +8,10 @@
       (question token type 0, options token type 1)
   -> h_vis [b, T, H] (visual positions), q [b, H] (mean over the question tokens),
      option_hidden [b, C, H] (mean over each option's tokens)
-  temporal head      -> frame_logits [b, T]
-  segmentation head  -> grid_logits [b, T, gh, gw] -> mask_logits [b, T, H, W] (bilinear upsampling)
+  segmentation head  -> grid_logits [b, T, gh, gw] -> mask_logits [b, T, H, W] (bilinear upsampling); the patch
+                        features are FiLM-conditioned on q, the evidence queries come from q and h_vis
+  temporal head      -> frame_logits [b, T] from h_vis, q, the pooled frame features and the statistics of each
+                        frame's question-conditioned mask logits (is the object asked about visible here?)
   answer head        -> answer_logits [b, C]
 
 Option scoring: one pass holds all C options; each option is scored from its own tokens' pooled hidden state (which
@@ -102,8 +104,8 @@ class EVQAModel(nn.Module):
     q = masked_mean(h_txt, batch["question_mask"])
     option_hidden = masked_mean(h_txt, batch["option_mask"])
 
-    frame_logits = self.temporal_head(h_vis, q, pooled)
     grid_logits, mask_logits = self.seg_head(feats, q, h_vis)
+    frame_logits = self.temporal_head(h_vis, q, pooled, evidence_heads.mask_statistics(grid_logits))
     if self.use_evidence_readout:
       evidence = evidence_heads.evidence_readout(feats, grid_logits, frame_logits, frame_mask, self.vision.grid)
     else:

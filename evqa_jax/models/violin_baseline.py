@@ -32,6 +32,12 @@ Choices, stated exactly:
   `middle_frame="authors"` picks len//2 (`int(len(tt)/2)` in the authors' violin_dataset.py); they differ only for
   an even number of frames. A clip with no valid frame stays empty (u_v = 0).
 - Masks are right-padded validity masks (bool or 0/1): lengths = mask.sum(-1), valid steps are 0 .. len-1.
+- Several statements per clip: `statement [batch, S, Ls, text_dim]` (e.g. S = 2, the positive and negative of a
+  pair) scores each of them against the SAME clip, whose video and subtitles are encoded once (`[batch, S]` logits).
+  Deterministically this equals calling the model with the clip repeated S times; under dropout the S statements
+  share the clip's dropout masks (one clip, one draw), where the repeated call would draw S independent masks.
+- Widths: `hsize1`, `hsize2`, `embed_size` default to the authors' 150, 300, 768; smaller values are for tests and
+  CPU demos only (the converter `params_from_authors_state_dict` reads whatever widths the state dict has).
 - Frame L2 normalisation and the frozen BERT encoder are the caller's (data / task) business.
 - Linear and LSTM parameters are initialised like PyTorch's defaults (U(+-1/sqrt(fan_in))), as in the reference.
 
@@ -125,6 +131,7 @@ class ViolinBaseline(nn.Module):
     dropout: rate of every Dropout (0.5 in the authors' code).
     middle_frame: "lower" = index (len-1)//2, "authors" = len//2.
     subtitle_lstm: also run a BiLSTM(150 per direction) over the projected subtitles (off in the authors' code).
+    hsize1 / hsize2 / embed_size: the authors' widths (150, 300, 768); tests and CPU demos may shrink them.
   """
   feature_dim: int
   text_dim: int = 768
@@ -136,6 +143,9 @@ class ViolinBaseline(nn.Module):
   param_dtype: Any = jnp.float32
   middle_frame: str = "lower"
   subtitle_lstm: bool = False
+  hsize1: int = HSIZE1
+  hsize2: int = HSIZE2
+  embed_size: int = EMBED_SIZE
 
   def _check(self, name: str, x, rank: int, last_dim: int | None, batch: int):
     if x is None:
@@ -148,16 +158,27 @@ class ViolinBaseline(nn.Module):
   @nn.compact
   def __call__(self, statement, statement_mask, subtitles=None, subtitle_mask=None, video=None, video_mask=None,
                deterministic: bool = True):
-    """statement `[batch, Ls, text_dim]`, statement_mask `[batch, Ls]`, subtitles `[batch, Lu, text_dim]`,
-    subtitle_mask `[batch, Lu]`, video `[batch, T, feature_dim]`, video_mask `[batch, T]` -> logits `[batch]`.
+    """statement `[batch, Ls, text_dim]` or `[batch, S, Ls, text_dim]` (S statements about the same clip),
+    statement_mask `[batch, Ls]` / `[batch, S, Ls]`, subtitles `[batch, Lu, text_dim]`, subtitle_mask `[batch, Lu]`,
+    video `[batch, T, feature_dim]`, video_mask `[batch, T]` -> logits `[batch]` / `[batch, S]`.
 
-    Inputs of a disabled modality are ignored (may be None). Dropout draws from the 'dropout' RNG collection.
+    The clip (video, subtitles) is encoded once per batch row, whatever S. Inputs of a disabled modality are ignored
+    (may be None). Dropout draws from the 'dropout' RNG collection.
     """
     if self.single_frame and not self.use_video:
       raise ValueError("ViolinBaseline: single_frame=True needs use_video=True")
-    batch = statement.shape[0]
-    self._check("statement", statement, 3, self.text_dim, batch)
-    self._check("statement_mask", statement_mask, 2, None, batch)
+    if statement.ndim == 4:  # [b, S, Ls, D]: several statements per clip
+      batch, per_clip = statement.shape[:2]
+      if statement_mask.shape != statement.shape[:3]:
+        raise ValueError(f"ViolinBaseline: statement_mask shape {tuple(statement_mask.shape)} does not match "
+                         f"statement {tuple(statement.shape[:3])}")
+      statement = statement.reshape((batch * per_clip,) + statement.shape[2:])
+      statement_mask = statement_mask.reshape((batch * per_clip,) + statement_mask.shape[2:])
+    else:
+      batch, per_clip = statement.shape[0], None
+    rows = statement.shape[0]
+    self._check("statement", statement, 3, self.text_dim, rows)
+    self._check("statement_mask", statement_mask, 2, None, rows)
     if statement_mask.shape != statement.shape[:2]:
       raise ValueError(f"ViolinBaseline: statement_mask shape {tuple(statement_mask.shape)} does not match "
                        f"statement {tuple(statement.shape[:2])}")
@@ -169,7 +190,10 @@ class ViolinBaseline(nn.Module):
       self._check("subtitle_mask", subtitle_mask, 2, None, batch)
     dense = lambda features, fan_in, axes, name: _dense(features, fan_in, axes, name, self.dtype, self.param_dtype)
     drop = lambda x: nn.Dropout(self.dropout)(x, deterministic=deterministic)
-    text_width = 2 * HSIZE1
+    # Clip-level tensors [b, ...] -> one copy per statement [b * S, ...] (row b*S + j is statement j of clip b, so
+    # the copies stay on their clip's batch shard).
+    per_statement = (lambda x: x) if per_clip is None else (lambda x: jnp.repeat(x, per_clip, axis=0))
+    text_width = 2 * self.hsize1
 
     s_len = lengths_from_mask(statement_mask)
     s_valid = prefix_mask(s_len, statement.shape[1])
@@ -184,32 +208,35 @@ class ViolinBaseline(nn.Module):
         idx = middle_frame_index(v_len, self.middle_frame)
         video = jnp.take_along_axis(video, idx[:, None, None], axis=1)
         v_len = jnp.minimum(v_len, 1)
-      v_valid = prefix_mask(v_len, video.shape[1])
-      v_proj = jnp.tanh(dense(EMBED_SIZE, self.feature_dim, ("embed", "mlp"), "video_fc")(drop(video)))
-      v_enc, _ = BiLSTM(HSIZE1, dtype=self.dtype, param_dtype=self.param_dtype, name="video_lstm")(v_proj, v_len)
-      attended.append(masked_dot_attention(s_enc, s_valid, v_enc, v_valid))
+      v_proj = jnp.tanh(dense(self.embed_size, self.feature_dim, ("embed", "mlp"), "video_fc")(drop(video)))
+      v_enc, _ = BiLSTM(self.hsize1, dtype=self.dtype, param_dtype=self.param_dtype, name="video_lstm")(
+          v_proj, v_len)
+      v_len = per_statement(v_len)
+      attended.append(masked_dot_attention(s_enc, s_valid, per_statement(v_enc), prefix_mask(v_len, video.shape[1])))
     if self.use_subtitles:
       u_len = lengths_from_mask(subtitle_mask)
-      u_valid = prefix_mask(u_len, subtitles.shape[1])
       u_enc = jnp.tanh(text_fc(drop(subtitles)))
       if self.subtitle_lstm:
-        u_enc, _ = BiLSTM(HSIZE1, dtype=self.dtype, param_dtype=self.param_dtype, name="subtitle_lstm")(
+        u_enc, _ = BiLSTM(self.hsize1, dtype=self.dtype, param_dtype=self.param_dtype, name="subtitle_lstm")(
             u_enc, u_len)
-      attended.append(masked_dot_attention(s_enc, s_valid, u_enc, u_valid))
+      u_len = per_statement(u_len)
+      attended.append(masked_dot_attention(s_enc, s_valid, per_statement(u_enc),
+                                           prefix_mask(u_len, subtitles.shape[1])))
 
     if attended:
       s32 = s_enc.astype(jnp.float32)
       stream = jnp.concatenate([s32] + attended + [s32 * u for u in attended], axis=-1).astype(self.dtype)
-      _, pooled = BiLSTM(HSIZE2, dtype=self.dtype, param_dtype=self.param_dtype, name="fusion_lstm")(stream, s_len)
-      pooled_dim = 2 * HSIZE2
+      _, pooled = BiLSTM(self.hsize2, dtype=self.dtype, param_dtype=self.param_dtype, name="fusion_lstm")(
+          stream, s_len)
+      pooled_dim = 2 * self.hsize2
     else:
       pooled = masked_max_over_time(s_enc, s_valid)
       pooled_dim = text_width
 
-    h = nn.relu(dense(HSIZE2, pooled_dim, (None, "mlp"), "final_fc1")(pooled))
+    h = nn.relu(dense(self.hsize2, pooled_dim, (None, "mlp"), "final_fc1")(pooled))
     h = drop(h)
-    logits = dense(1, HSIZE2, ("mlp", None), "final_fc2")(h)
-    return logits[:, 0].astype(jnp.float32)
+    logits = dense(1, self.hsize2, ("mlp", None), "final_fc2")(h)[:, 0].astype(jnp.float32)
+    return logits if per_clip is None else logits.reshape(batch, per_clip)
 
 
 def paired_loss(logits_pos: jax.Array, logits_neg: jax.Array) -> jax.Array:

@@ -66,7 +66,7 @@ class BaselineModel(nn.Module):
   batch (online): statement_ids / statement_mask `[b, 2, Ls]` (pair order: positive, negative), subtitle_ids /
   subtitle_mask `[b, Lu]`, video `[b, T, D]`, video_mask `[b, T]`.
   batch (cached): statement_feat `[b, 2, Ls, H]` and subtitle_feat `[b, Lu, H]` instead of the ids.
-  -> logits `[b, 2]` (positive, negative), pre-sigmoid.
+  -> logits `[b, 2]` (positive, negative), pre-sigmoid. The clip (video, subtitles) is encoded once per pair.
   """
   encoder: str
   encoder_config: Any
@@ -79,6 +79,9 @@ class BaselineModel(nn.Module):
   subtitle_lstm: bool = False
   dropout: float = 0.5
   dtype: Any = jnp.float32
+  hsize1: int = violin_baseline.HSIZE1
+  hsize2: int = violin_baseline.HSIZE2
+  embed_size: int = violin_baseline.EMBED_SIZE
 
   def _encode(self, encoder, ids, mask):
     # Frozen features: no gradient flows into (or through) the encoder.
@@ -92,25 +95,22 @@ class BaselineModel(nn.Module):
       b, _, ls = batch["statement_ids"].shape
       # [b, 2, Ls] -> [2b, Ls] interleaved (row 2i positive, 2i+1 negative of pair i): rows stay on their shard.
       statement = self._encode(encoder, batch["statement_ids"].reshape(2 * b, ls),
-                               batch["statement_mask"].reshape(2 * b, ls))
+                               batch["statement_mask"].reshape(2 * b, ls)).reshape(b, 2, ls, hidden)
       subtitles = (self._encode(encoder, batch["subtitle_ids"], batch["subtitle_mask"])
                    if self.use_subtitles else None)
     else:
-      b, _, ls, _ = batch["statement_feat"].shape
-      statement = batch["statement_feat"].reshape(2 * b, ls, hidden)
+      statement = batch["statement_feat"]
       subtitles = batch["subtitle_feat"] if self.use_subtitles else None
-    statement_mask = batch["statement_mask"].reshape(2 * b, ls)
-    twice = lambda x: None if x is None else jnp.repeat(x, 2, axis=0)
     model = violin_baseline.ViolinBaseline(
         feature_dim=self.feature_dim, text_dim=hidden, use_video=self.use_video, use_subtitles=self.use_subtitles,
         single_frame=self.single_frame, dropout=self.dropout, dtype=self.dtype, middle_frame=self.middle_frame,
-        subtitle_lstm=self.subtitle_lstm, name="baseline")
-    logits = model(statement.astype(self.dtype), statement_mask,
-                   twice(subtitles), twice(batch.get("subtitle_mask") if self.use_subtitles else None),
-                   twice(batch.get("video") if self.use_video else None),
-                   twice(batch.get("video_mask") if self.use_video else None),
-                   deterministic=deterministic)
-    return logits.reshape(b, 2)
+        subtitle_lstm=self.subtitle_lstm, hsize1=self.hsize1, hsize2=self.hsize2, embed_size=self.embed_size,
+        name="baseline")
+    return model(statement.astype(self.dtype), batch["statement_mask"],
+                 subtitles, batch.get("subtitle_mask") if self.use_subtitles else None,
+                 batch.get("video") if self.use_video else None,
+                 batch.get("video_mask") if self.use_video else None,
+                 deterministic=deterministic)
 
 
 def _crossmodal_class():
@@ -280,28 +280,16 @@ class ViolinTask(base.Task):
 
   # -- set-up ---------------------------------------------------------------------------------------------------
   def _build_synthetic_world(self) -> None:
-    """Generates the built-in synthetic world (data_prep.synthetic_violin) into the parent of config.data.dir,
-    unless it is complete there (its statement-type file is the generator's last output)."""
+    """Generates the built-in synthetic world (data_prep.synthetic_violin.ensure_world) into the parent of
+    config.data.dir, unless a complete one is there already."""
     from data_prep import synthetic_violin
-    done = os.path.join(self.data_dir, synthetic_violin.TYPES_FILE)
-    if os.path.exists(done):
-      return
     preset = self.config.data.synthetic
-    if preset not in ("default", "small"):
-      raise ValueError(f"config.data.synthetic = {preset!r}: expected '', 'default' or 'small'")
+    if preset not in synthetic_violin.PRESETS:
+      raise ValueError(f"config.data.synthetic = {preset!r}: expected '' or one of {list(synthetic_violin.PRESETS)}")
     if os.path.basename(os.path.normpath(self.data_dir)) != "records":
       raise ValueError(f"config.data.dir = {self.config.data.dir!r}: the synthetic world writes WORLD/records, so "
                        "the directory must be named 'records'")
-    world = os.path.dirname(os.path.abspath(self.data_dir))
-    os.makedirs(world, exist_ok=True)
-    with open(os.path.join(world, ".build.lock"), "a") as lock:
-      fcntl.flock(lock.fileno(), fcntl.LOCK_EX)  # several processes (or sweep points) may start at once
-      try:
-        if not os.path.exists(done):
-          print(f"building the synthetic VIOLIN world ({preset}) in {world}", flush=True)
-          synthetic_violin.generate(world, small=preset == "small", verbose=True)
-      finally:
-        fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+    synthetic_violin.ensure_world(os.path.dirname(os.path.abspath(self.data_dir)), preset)
 
   def _make_encoder_config(self):
     mc = self.config.model
@@ -326,7 +314,8 @@ class ViolinTask(base.Task):
       return cls(encoder=mc.encoder, encoder_config=self.encoder_config, feature_dim=self.feature_dim,
                  online=self.online, use_video=mc.use_video, use_subtitles=mc.use_subtitles,
                  single_frame=mc.single_frame, middle_frame=mc.middle_frame, subtitle_lstm=mc.subtitle_lstm,
-                 dropout=mc.dropout, dtype=_DTYPES[mc.dtype])
+                 dropout=mc.dropout, dtype=_DTYPES[mc.dtype], hsize1=mc.hsize1, hsize2=mc.hsize2,
+                 embed_size=mc.embed_size)
     return cls(encoder=mc.encoder, encoder_config=self.encoder_config, use_video=mc.use_video,
                use_subtitles=mc.use_subtitles, single_frame=mc.single_frame, dropout=mc.dropout,
                middle_frame=mc.middle_frame)
