@@ -10,11 +10,20 @@ frame of the video:
   whole_video_full    the full frame
 ST-Evidence-MCQ (evqa_jax.evaluate.st_evidence_mcq): always the first option of every task.
 Prints one JSON line {baseline: metrics}; with --out also writes the prediction files and metrics there.
+
+    python benchmarks/evqa_trivial_baselines.py --rescore runs/evqa_demo/eval/test_step200 [--out DIR]
+
+scores a model's Gen predictions (predictions.json + pred_masks/) under the baselines' frame protocol instead: the
+evaluator scores only frames that have a predicted PNG and counts a frame where both masks are empty as J = F = 1,
+so the whole-video baselines (a PNG on every frame) collect 1s on every frame without the object. The rescore copies
+the model's masks and adds an empty PNG for every other frame of the video (the model's masklet is empty outside its
+predicted evidence), so model and baselines are scored on the same frames. Prints {"rescored": metrics}.
 """
 
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 
@@ -84,6 +93,32 @@ def mcq_baseline(records_dir: str, split: str, out_dir: str) -> dict:
   return json_safe(st.mcq_metrics(answers, mcq_eval.read_predictions(pred_path, num_options)))
 
 
+def rescore_every_frame(records_dir: str, split: str, pred_dir: str, out_dir: str) -> dict:
+  """The model's predictions in `pred_dir` with an empty mask PNG added on every frame that has none; Gen metrics."""
+  gt = records.load_metadata(records_dir)["ground_truth"][split]
+  pred_json = os.path.join(pred_dir, "predictions.json")
+  src_root = os.path.join(pred_dir, "pred_masks")
+  if not os.path.isfile(pred_json) or not os.path.isdir(src_root):
+    raise FileNotFoundError(f"--rescore {pred_dir}: expected predictions.json and pred_masks/ (an eval/<split>_step<N> "
+                            "directory of a training run)")
+  mask_root = os.path.join(out_dir, "pred_masks")
+  for e in _entries(records_dir, split):
+    src = os.path.join(src_root, e["entry_id"], "masks")
+    dst = os.path.join(mask_root, e["entry_id"], "masks")
+    os.makedirs(dst, exist_ok=True)
+    have = set(os.listdir(src)) if os.path.isdir(src) else set()
+    empty = trivial_mask("empty", *e["orig_size"])
+    for f in range(e["num_video_frames"]):
+      name = f"{f:05d}.png"
+      if name in have:
+        shutil.copyfile(os.path.join(src, name), os.path.join(dst, name))
+      else:
+        evqa_task.write_mask_png(os.path.join(dst, name), empty)
+  gt_masks = os.path.join(records_dir, gt["gt_masks"])
+  metrics, _ = st_eval.evaluate(os.path.join(records_dir, gt["csv"]), pred_json, gt_masks, mask_root)
+  return json_safe(metrics)
+
+
 def trivial_baselines(records_dir: str, split: str = "test", out_dir: str | None = None) -> dict:
   """{"whole_video_<mask>": Gen metrics for each mask kind, "mcq_first_option": MCQ metrics}."""
   results = {}
@@ -102,10 +137,17 @@ def main(argv=None) -> dict:
   p.add_argument("--records", default="data/synthetic_evqa/records")
   p.add_argument("--split", default="test")
   p.add_argument("--out", default=None, help="keep the prediction files here")
+  p.add_argument("--rescore", default=None, help="a model's eval/<split>_step<N> directory: score its masks with an "
+                 "empty PNG on every frame it left out (the baselines' frame protocol)")
   a = p.parse_args(argv)
   if not os.path.exists(os.path.join(a.records, "metadata.json")):
     raise SystemExit(f"{a.records} holds no records: run `python -m data_prep.synthetic_evqa --out "
                      f"{os.path.dirname(os.path.normpath(a.records))}` (or train the demo once) first")
+  if a.rescore:
+    with tempfile.TemporaryDirectory() as tmp:
+      results = {"rescored": rescore_every_frame(a.records, a.split, a.rescore, a.out or tmp)}
+    print(json.dumps(results, sort_keys=True))
+    return results
   results = trivial_baselines(a.records, a.split, a.out)
   print(json.dumps(results, sort_keys=True))
   return results

@@ -55,7 +55,9 @@ def evqa_config(mode: str, arg, config_file: str) -> ml_collections.ConfigDict:
       clip_shape=None,  # explicit CLIPVisionConfig fields instead of clip_pretrained's config.json
       temporal_dim=128, seg_dim=64, seg_heads=4, seg_mlp_dim=128, num_queries=2, answer_dim=128,
       evidence_readout=True,  # condition the answer head on the predicted evidence (evidence_heads.evidence_readout)
-      trainable=("visual_proj", "adapter", "LayerNorm", "temporal_head", "seg_head", "answer_head")))
+      question_heads=4,  # attention-pooling heads of the question summary that conditions the evidence heads
+      trainable=("visual_proj", "adapter", "LayerNorm", "question_pool", "temporal_head", "seg_head",
+                 "answer_head")))
 
   c.loss = ml_collections.ConfigDict(dict(answer=1.0, temporal=1.0, mask_bce=1.0, dice=1.0))
   c.eval = ml_collections.ConfigDict(dict(

@@ -40,11 +40,12 @@ def ovqa_config(dataset: str, arg, cvqa_topk: int) -> ml_collections.ConfigDict:
       pretrained="~/models/deberta-v2-xlarge",  # local Hugging Face checkpoint directory
       tokenizer="",  # default: the pretrained directory
       init_from="",  # FrozenBiLM checkpoint (PyTorch state dict), as OVQA's fine-tuning starts from it
-      shape=ml_collections.ConfigDict(DEBERTA_V2_XLARGE),  # used when building without weights (benchmarks)
+      # Explicit architecture (a dict such as DEBERTA_V2_XLARGE) for building without a checkpoint directory, as the
+      # benchmarks and the AOT check do; None: read config.json from `pretrained`.
+      shape=None,
       use_adapters=True, adapter_reduction=8, dropout=0.1, dtype="float32",
       head="open", cvqa_topk=cvqa_topk, answer_max_subwords=5,
       trainable=("visual_proj", "adapter", "LayerNorm", "verbalizer", "cvqa_head")))
-  c.model.shape = None
 
   c.verbalizer = ml_collections.ConfigDict(dict(
       variant="E",  # Table 5: A none, B hard, C soft, D graph + mean, E graph + learned GNN

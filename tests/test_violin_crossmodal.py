@@ -73,11 +73,16 @@ def _model(**kw):
   return ViolinCrossModal(encoder="bert", encoder_config=cfg, **kw)
 
 
-def test_shapes_pairs_and_parameter_names():
+@pytest.fixture(scope="module")
+def base():
+  """(model, variables, jitted apply) of the default tiny model, shared so that its init and apply compile once."""
   model = _model()
+  return model, jax.jit(model.init)(jax.random.key(0), _batch()), jax.jit(model.apply)
+
+
+def test_shapes_pairs_and_parameter_names(base):
+  model, variables, apply = base
   batch = _batch()
-  variables = jax.jit(model.init)(jax.random.key(0), batch)
-  apply = jax.jit(model.apply)
   pair_logits = np.asarray(apply(variables, batch))
   assert pair_logits.shape == (3, 2) and np.all(np.isfinite(pair_logits))
   for j in range(2):   # a pair scores like its two statements given one at a time
@@ -101,15 +106,13 @@ def test_shapes_pairs_and_parameter_names():
   assert "visual_in" not in shapes["params"]
 
 
-def test_visual_padding_and_ablations_change_nothing_they_should_not():
+def test_visual_padding_and_ablations_change_nothing_they_should_not(base):
   r = np.random.RandomState(1)
   batch = _batch(seed=2, frames=T, v_len=(5, 3, 1))
   noisy = np.asarray(batch["video"]).copy()
   noisy[np.asarray(batch["video_mask"]) == 0] = 1e4 * r.randn(*noisy[np.asarray(batch["video_mask"]) == 0].shape)
 
-  model = _model()
-  variables = jax.jit(model.init)(jax.random.key(0), batch)
-  apply = jax.jit(model.apply)
+  _, variables, apply = base
   base = np.asarray(apply(variables, batch))
   np.testing.assert_allclose(np.asarray(apply(variables, {**batch, "video": jnp.asarray(noisy)})), base,
                              rtol=1e-5, atol=1e-5)
@@ -175,24 +178,27 @@ def test_short_training_of_trainable_part_lowers_paired_loss():
   params = nn.meta.unbox(jax.jit(model.init)(jax.random.key(0), batch)["params"])
   trainable, frozen = partition.split_params(params, TRAINABLE_PATTERNS)
   tx = optax.adam(1e-2)
-  opt_state = tx.init(trainable)
+  steps = 60
 
   def loss_fn(trainable):
     logits = model.apply({"params": partition.merge_params(trainable, frozen)}, batch)
     return paired_loss(logits[:, 0], logits[:, 1]), logits
 
   @jax.jit
-  def step(trainable, opt_state):
-    (loss, _), grads = jax.value_and_grad(loss_fn, has_aux=True)(trainable)
-    updates, opt_state = tx.update(grads, opt_state, trainable)
-    return optax.apply_updates(trainable, updates), opt_state, loss
+  def train(trainable):
+    def body(carry, _):
+      trainable, opt_state = carry
+      (loss, logits), grads = jax.value_and_grad(loss_fn, has_aux=True)(trainable)
+      updates, opt_state = tx.update(grads, opt_state, trainable)
+      return (optax.apply_updates(trainable, updates), opt_state), (loss, logits)
 
-  losses = []
-  for _ in range(60):
-    trainable, opt_state, loss = step(trainable, opt_state)
-    losses.append(float(loss))
-  final, logits = jax.jit(loss_fn)(trainable)
+    # One compiled scan; no dropout, so entry k is the loss before update k and entry `steps` the final loss.
+    _, (losses, logits) = jax.lax.scan(body, (trainable, tx.init(trainable)), None, length=steps + 1)
+    return losses, logits[-1]
+
+  losses, logits = train(trainable)
+  losses = [float(x) for x in losses]
   correct, total = violin_accuracy(logits[:, 0], logits[:, 1])
   assert abs(losses[0] - 2 * np.log(2)) < 0.05   # untrained: p ~ 0.5 for every statement
-  assert float(final) < 0.1 * losses[0], losses
+  assert losses[-1] < 0.1 * losses[0], losses
   assert int(correct) == int(total) == 2 * b

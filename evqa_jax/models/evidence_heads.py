@@ -82,6 +82,31 @@ def mask_statistics(grid_logits):
   return jnp.stack([jnp.max(flat, -1), jnp.log1p(jnp.sum(jax.nn.sigmoid(flat), -1)), jnp.mean(flat, -1)], axis=-1)
 
 
+class QuestionPool(nn.Module):
+  """Multi-head attention pooling of the question tokens: (tokens `[b, L, H]`, mask `[b, L]`) -> `[b, 2H]`.
+
+  concat(mean over the question tokens, `num_heads` learned attention poolings projected back to H). A plain mean
+  drowns the one or two words that name the object ("red", "circle") among the rest of the question; learned
+  per-token weights let each pooling head pick them out, which is what ties the evidence heads to the question.
+  """
+  num_heads: int = 4
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, tokens, mask):
+    b, _, hdim = tokens.shape
+    m = (mask > 0)
+    x = _layer_norm("LayerNorm", self.dtype)(tokens)
+    scores = _dense(self.num_heads, ("embed", "heads"), "score", self.dtype)(x).astype(jnp.float32)  # [b, L, h]
+    scores = jnp.where(m[..., None], scores, -1e9)
+    probs = jax.nn.softmax(scores, axis=1).astype(self.dtype) * m[..., None].astype(self.dtype)
+    pooled = jnp.einsum("blh,bld->bhd", probs, x).reshape(b, self.num_heads * hdim)
+    pooled = _dense(hdim, ("mlp", "embed"), "out", self.dtype)(pooled)
+    mf = m.astype(self.dtype)
+    mean = jnp.einsum("bl,bld->bd", mf, tokens) / jnp.maximum(jnp.sum(mf, -1, keepdims=True), 1.0)
+    return jnp.concatenate([mean, pooled], axis=-1)
+
+
 class HeadProjection(nn.Module):
   """x `[..., in]` -> `[..., heads, head_dim]` (kernel `[in, heads, head_dim]`), or with `to_heads=False`
   `[..., heads, head_dim]` -> `[..., out]`.

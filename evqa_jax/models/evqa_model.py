@@ -6,7 +6,8 @@
   cross-modal encoder: BertLM (frozen MiniLM/BERT + adapters) over
       [T visual tokens] [CLS] question [SEP] option_1 [SEP] ... option_C [SEP]
       (question token type 0, options token type 1)
-  -> h_vis [b, T, H] (visual positions), q [b, H] (mean over the question tokens),
+  -> h_vis [b, T, H] (visual positions), q [b, 2H] (QuestionPool: mean + multi-head attention pooling over the
+     question tokens),
      option_hidden [b, C, H] (mean over each option's tokens)
   segmentation head  -> grid_logits [b, T, gh, gw] -> mask_logits [b, T, H, W] (bilinear upsampling); the patch
                         features are FiLM-conditioned on q, the evidence queries come from q and h_vis
@@ -50,6 +51,7 @@ class EVQAModel(nn.Module):
     image_size: (H, W) of the frames; masks are produced at this size.
     temporal_dim, seg_dim, seg_heads, seg_mlp_dim, num_queries, answer_dim: head sizes.
     use_evidence_readout: condition the answer head on the evidence readout (else on zeros).
+    question_heads: attention-pooling heads of the question summary q (`evidence_heads.QuestionPool`).
   """
   encoder: str
   encoder_config: Any
@@ -63,6 +65,7 @@ class EVQAModel(nn.Module):
   num_queries: int = 2
   answer_dim: int = 128
   use_evidence_readout: bool = True
+  question_heads: int = 4
   dtype: Any = jnp.float32
 
   def setup(self):
@@ -79,6 +82,7 @@ class EVQAModel(nn.Module):
     else:
       raise ValueError(f"config.model.frame_encoder = {self.frame_encoder!r}: expected 'conv' or 'clip'")
     self.lm = encoders.ENCODERS[self.encoder](self.encoder_config, name="lm")
+    self.question_pool = evidence_heads.QuestionPool(self.question_heads, dtype=self.dtype, name="question_pool")
     self.temporal_head = evidence_heads.TemporalHead(self.temporal_dim, dtype=self.dtype, name="temporal_head")
     self.seg_head = evidence_heads.SegmentationHead(
         grid=self.vision.grid, out_size=tuple(self.image_size), dim=self.seg_dim, num_heads=self.seg_heads,
@@ -101,7 +105,7 @@ class EVQAModel(nn.Module):
     hidden = out["hidden"]
     h_vis = nn.with_logical_constraint(hidden[:, :t], ("batch", "frames", "embed"))
     h_txt = hidden[:, t:]
-    q = masked_mean(h_txt, batch["question_mask"])
+    q = self.question_pool(h_txt, batch["question_mask"])
     option_hidden = masked_mean(h_txt, batch["option_mask"])
 
     grid_logits, mask_logits = self.seg_head(feats, q, h_vis)

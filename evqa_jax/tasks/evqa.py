@@ -279,7 +279,7 @@ class EVQATask(base.Task):
         encoder=mc.encoder, encoder_config=self.encoder_config, frame_encoder=mc.frame_encoder,
         frame_config=frame_config, image_size=self.frame_size, temporal_dim=mc.temporal_dim, seg_dim=mc.seg_dim,
         seg_heads=mc.seg_heads, seg_mlp_dim=mc.seg_mlp_dim, num_queries=mc.num_queries, answer_dim=mc.answer_dim,
-        use_evidence_readout=mc.evidence_readout, dtype=_DTYPES[mc.dtype])
+        use_evidence_readout=mc.evidence_readout, question_heads=mc.question_heads, dtype=_DTYPES[mc.dtype])
     self._entries = {}
     self._text_cache = {}
 

@@ -135,19 +135,17 @@ class StepFns:
                                   out_shardings=repl)
 
   def context(self):
-    """The logical axis rules under which the steps are traced.
+    """The mesh and logical axis rules under which the steps are traced.
 
-    No `jax.set_mesh` here on purpose: under a context mesh Flax turns every `with_logical_constraint` (and the
-    boxed-kernel reshape inside nn.DenseGeneral, which then fails for DeBERTa-v2's [embed, heads, kv] kernels) into
-    a sharding constraint. Parameters, batches and outputs carry explicit shardings, which GSPMD propagates.
+    Under the context mesh every `with_logical_constraint` in the modules becomes a sharding constraint on the
+    activations; parameters, batches and outputs carry explicit shardings besides.
     """
     return mesh_context(self.mesh, self.rules)
 
 
 @contextlib.contextmanager
 def mesh_context(mesh, rules):
-  del mesh
-  with nn.logical_axis_rules(sharding.rules_tuple(rules)):
+  with jax.set_mesh(mesh), nn.logical_axis_rules(sharding.rules_tuple(rules)):
     yield
 
 
