@@ -28,23 +28,14 @@ import sys
 from typing import Any, Optional, Sequence
 
 from evqa_jax import io
-from evqa_jax.evaluate import json_safe
+from evqa_jax.evaluate import json_safe, load_json_object
 from evqa_jax.metrics import st_evidence as st
 
 NUM_SPATIAL_OPTIONS = 4
 
 
 def _load_json(path: str, what: str) -> dict:
-  try:
-    with open(path) as f:
-      raw = json.load(f)
-  except FileNotFoundError:
-    raise FileNotFoundError(f"{what} {path} does not exist") from None
-  except json.JSONDecodeError as e:
-    raise ValueError(f"{what} {path}: not valid JSON ({e})") from None
-  if not isinstance(raw, dict):
-    raise ValueError(f"{what} {path}: expected an object {{entry_id: {{...}}}}, got {type(raw).__name__}")
-  return raw
+  return load_json_object(path, what, "{entry_id: {...}}")
 
 
 def _is_index(v: Any) -> bool:

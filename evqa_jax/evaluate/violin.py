@@ -27,21 +27,12 @@ import sys
 from typing import Any, Optional, Sequence
 
 from evqa_jax import io
-from evqa_jax.evaluate import json_safe
+from evqa_jax.evaluate import json_safe, load_json_object
 from evqa_jax.metrics import violin as violin_lib
 
 
 def _load_json(path: str, what: str) -> dict:
-  try:
-    with open(path) as f:
-      raw = json.load(f)
-  except FileNotFoundError:
-    raise FileNotFoundError(f"{what} {path} does not exist") from None
-  except json.JSONDecodeError as e:
-    raise ValueError(f"{what} {path}: not valid JSON ({e})") from None
-  if not isinstance(raw, dict):
-    raise ValueError(f"{what} {path}: expected an object {{clip_id: ...}}, got {type(raw).__name__}")
-  return raw
+  return load_json_object(path, what, "{clip_id: ...}")
 
 
 def read_annotation(path: str) -> dict[str, dict[str, Any]]:
