@@ -2,6 +2,8 @@
 
   python launch/sweep.py --config=configs/ovqa_msrvtt.py:demo --sweep=eps --workdir=runs/eps_sweep
   python launch/sweep.py --config=configs/ovqa_msrvtt.py --sweep=eps --workdir=gs://... --mode=print  # cluster
+  python launch/sweep.py --config=configs/ovqa_msrvtt.py:demo --sweep=variants --workdir=runs/variants \
+      --reuse=runs/eps_sweep   # points with exactly the config of a finished run there are copied, not retrained
 Finished points are not rerun; the table (CSV + Markdown) and plot (PNG) land in --workdir.
 """
 
@@ -15,6 +17,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 flags.DEFINE_string("config", None, "Config file with optional :variant, which defines get_sweep().")
 flags.DEFINE_string("sweep", None, "Sweep name, e.g. eps, variants, heads.")
 flags.DEFINE_string("workdir", None, "Directory holding one workdir per point and the tables.")
+flags.DEFINE_list("reuse", [], "Other sweeps' workdirs: a finished point there with exactly the same config is "
+                  "copied instead of retrained (e.g. variants E = eps 0.7).")
 flags.DEFINE_enum("mode", "local", ["local", "print"], "local: run points one after another; print: print commands.")
 flags.mark_flags_as_required(["config", "sweep", "workdir"])
 FLAGS = flags.FLAGS
@@ -22,7 +26,8 @@ FLAGS = flags.FLAGS
 
 def main(argv):
   from evqa_jax.train import sweep
-  sweep.run_sweep(FLAGS.config, FLAGS.sweep, FLAGS.workdir, mode=FLAGS.mode, extra_args=argv[1:])
+  sweep.run_sweep(FLAGS.config, FLAGS.sweep, FLAGS.workdir, mode=FLAGS.mode, extra_args=argv[1:],
+                  reuse_dirs=FLAGS.reuse)
 
 
 if __name__ == "__main__":

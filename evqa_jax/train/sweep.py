@@ -7,6 +7,11 @@ A config module that supports sweeps defines `get_sweep(name, arg)` -> dict with
   x_label: label of the x axis for the plot (points with a numeric x are plotted), or None
 Each point is one ordinary `launch/train.py` run in `<workdir>/<name>`; a point whose `final_metrics.json` exists is
 not rerun (resumable), and an interrupted point resumes from its own checkpoints.
+
+`reuse_dirs`: other sweeps' workdirs whose finished points may stand in for this sweep's points. A point is reused only
+when a finished run there has exactly the configuration this point would train (its `config.json`, compared field by
+field), e.g. Table 5's variant E is Table 8's eps = 0.7 and the heads sweep's "+ GNN" point. Its results (metrics,
+history, evaluation outputs, TensorBoard log; not the checkpoints) are copied, with `reused_from.json` naming the source.
 """
 
 import csv
@@ -14,6 +19,7 @@ import importlib.util
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 
@@ -51,11 +57,69 @@ def point_command(config_path: str, workdir: str, point: dict, extra_args=()) ->
   return cmd + list(extra_args)
 
 
-def run_sweep(config_path: str, sweep_name: str, workdir: str, mode: str = "local", extra_args=()) -> dict:
+def point_config(module, arg, point: dict) -> dict:
+  """The configuration `launch/train.py` would train for `point`, as the JSON its `config.json` records."""
+  config = module.get_config(arg)
+  for key, value in point["overrides"].items():
+    parent = config
+    *path, leaf = key.split(".")
+    for part in path:
+      parent = parent[part]
+    if leaf not in parent:
+      raise KeyError(f"sweep point {point['name']}: override {key} names no config field")
+    parent[leaf] = value
+  return json.loads(config.to_json_best_effort())
+
+
+def find_reusable(expected: dict, reuse_dirs) -> str:
+  """A finished run directory under one of `reuse_dirs` that trained exactly `expected`, or ''."""
+  for root in reuse_dirs:
+    if not os.path.isdir(root):
+      raise FileNotFoundError(f"--reuse directory {root} does not exist")
+    for name in sorted(os.listdir(root)):
+      run = os.path.join(root, name)
+      cfg_path = os.path.join(run, "config.json")
+      if not (os.path.exists(cfg_path) and os.path.exists(os.path.join(run, "final_metrics.json"))):
+        continue
+      try:
+        with open(cfg_path) as f:
+          theirs = json.load(f).get("config")
+      except (OSError, ValueError):
+        continue
+      if theirs == expected:
+        return run
+  return ""
+
+
+_REUSED = ("config.json", "final_metrics.json", "train_history.jsonl", "eval", "tensorboard")
+
+
+def reuse_point(source: str, point_dir: str) -> None:
+  """Copies a finished run's results into `point_dir` (final_metrics.json last: the point counts as done only once
+  everything else is there)."""
+  os.makedirs(point_dir, exist_ok=True)
+  for name in _REUSED:
+    src, dst = os.path.join(source, name), os.path.join(point_dir, name)
+    if name == "final_metrics.json" or not os.path.exists(src):
+      continue
+    if os.path.isdir(src):
+      shutil.copytree(src, dst, dirs_exist_ok=True)
+    else:
+      shutil.copy2(src, dst)
+  io_lib.write_json(os.path.join(point_dir, "reused_from.json"), {"source": os.path.abspath(source)})
+  with io_lib.atomic_path(os.path.join(point_dir, "final_metrics.json")) as tmp:
+    shutil.copy2(os.path.join(source, "final_metrics.json"), tmp)
+
+
+def run_sweep(config_path: str, sweep_name: str, workdir: str, mode: str = "local", extra_args=(),
+              reuse_dirs=()) -> dict:
   """Runs (or prints) every point, then writes `<workdir>/<sweep>.csv`, `.md` and `.png`. Returns the table."""
   module = load_config_module(config_path)
   arg = config_path.split(":", 1)[1] if ":" in config_path else None
   sweep = module.get_sweep(sweep_name, arg)
+  if reuse_dirs and extra_args:
+    raise ValueError(f"--reuse cannot be combined with extra train.py arguments {list(extra_args)}: the reused "
+                     f"runs' configs are compared with the sweep points' configs, which those arguments would change")
   os.makedirs(workdir, exist_ok=True)
   commands = []
   for point in sweep["points"]:
@@ -68,6 +132,12 @@ def run_sweep(config_path: str, sweep_name: str, workdir: str, mode: str = "loca
     if os.path.exists(os.path.join(point_dir, "final_metrics.json")):
       print(f"[sweep] {point['name']}: done already, skipped", flush=True)
       continue
+    if reuse_dirs:
+      source = find_reusable(point_config(module, arg, point), reuse_dirs)
+      if source:
+        reuse_point(source, point_dir)
+        print(f"[sweep] {point['name']}: same config as the finished run {source}, its results reused", flush=True)
+        continue
     print(f"[sweep] {point['name']}: {' '.join(shlex.quote(c) for c in cmd)}", flush=True)
     result = subprocess.run(cmd, cwd=REPO)
     if result.returncode != 0:

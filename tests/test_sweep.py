@@ -1,0 +1,132 @@
+"""launch/sweep.py's engine (evqa_jax.train.sweep): resumable points, reuse of identical finished runs, the tables and
+the plot. Training itself is replaced by a fake `subprocess.run` that writes what launch/train.py writes."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from evqa_jax.train import sweep as sweep_lib
+
+CONFIG = textwrap.dedent('''
+    import ml_collections
+
+    def get_config(arg=None):
+      return ml_collections.ConfigDict(dict(seed=0, verbalizer=dict(variant="E", eps=0.7), tag=arg or ""))
+
+    def get_sweep(name, arg=None):
+      points = [{"name": f"eps_{e:.1f}", "overrides": {"verbalizer.eps": e}, "x": e} for e in (1.0, 0.7, 0.0)]
+      return {"points": points, "columns": [("base", "B"), ("mAcc", "M")], "split": "test", "x_label": "eps"}
+''')
+
+
+def _metrics(eps):
+  # A made-up but eps-dependent result, so each table row can be checked against the point that produced it.
+  return {"eval": {"test": {"base": 90.0 + eps, "mAcc": 50.0 - 10.0 * eps, "total": 1.0}}}
+
+
+def _write_run(run_dir, config, eps):
+  os.makedirs(os.path.join(run_dir, "eval"), exist_ok=True)
+  with open(os.path.join(run_dir, "config.json"), "w") as f:
+    json.dump({"identity": {}, "config": config}, f)
+  with open(os.path.join(run_dir, "train_history.jsonl"), "w") as f:
+    f.write(json.dumps({"step": 1, "loss": eps}) + "\n")
+  with open(os.path.join(run_dir, "final_metrics.json"), "w") as f:
+    json.dump(_metrics(eps), f)
+
+
+@pytest.fixture
+def config_path(tmp_path):
+  path = tmp_path / "toy_config.py"
+  path.write_text(CONFIG)
+  return str(path)
+
+
+class FakeTrain:
+  """Stands in for `subprocess.run([python, launch/train.py, --config=..., --workdir=..., --config.k=v ...])`."""
+
+  def __init__(self, module, arg):
+    self.module, self.arg, self.calls = module, arg, []
+
+  def __call__(self, cmd, cwd=None):
+    workdir = next(a.split("=", 1)[1] for a in cmd if a.startswith("--workdir="))
+    eps = float(next(a.split("=", 1)[1] for a in cmd if a.startswith("--config.verbalizer.eps=")))
+    self.calls.append(os.path.basename(workdir))
+    config = sweep_lib.point_config(self.module, self.arg, {"name": "", "overrides": {"verbalizer.eps": eps}})
+    _write_run(workdir, config, eps)
+    return subprocess.CompletedProcess(cmd, 0)
+
+
+def test_runs_missing_points_only_and_writes_tables_and_plot(tmp_path, config_path, monkeypatch):
+  module = sweep_lib.load_config_module(config_path + ":demo")
+  fake = FakeTrain(module, "demo")
+  monkeypatch.setattr(sweep_lib.subprocess, "run", fake)
+  workdir = str(tmp_path / "sweep")
+  # eps_0.7 finished in an earlier (interrupted) sweep; eps_0.0 was interrupted before finishing.
+  _write_run(os.path.join(workdir, "eps_0.7"), {"stale": True}, 0.7)
+  os.makedirs(os.path.join(workdir, "eps_0.0", "checkpoints"))
+
+  table = sweep_lib.run_sweep(config_path + ":demo", "eps", workdir)
+  assert fake.calls == ["eps_1.0", "eps_0.0"]
+  assert [r["name"] for r in table["rows"]] == ["eps_1.0", "eps_0.7", "eps_0.0"]
+  with open(os.path.join(workdir, "eps.csv")) as f:
+    rows = list(csv.reader(f))
+  assert rows[0] == ["point", "B", "M"]
+  assert rows[1:] == [["eps_1.0", "91.00", "40.00"], ["eps_0.7", "90.70", "43.00"], ["eps_0.0", "90.00", "50.00"]]
+  md = open(os.path.join(workdir, "eps.md")).read().splitlines()
+  assert md[0] == "| point | B | M |" and md[3] == "| eps_0.7 | 90.70 | 43.00 |"
+  png = np.asarray(Image.open(os.path.join(workdir, "eps.png")))
+  assert png.ndim == 3 and png.shape[0] > 100 and png.std() > 0  # a real, non-blank image
+
+  # A second call trains nothing.
+  fake.calls.clear()
+  sweep_lib.run_sweep(config_path + ":demo", "eps", workdir)
+  assert fake.calls == []
+
+
+def test_reuse_copies_only_runs_with_exactly_the_same_config(tmp_path, config_path, monkeypatch):
+  module = sweep_lib.load_config_module(config_path + ":demo")
+  fake = FakeTrain(module, "demo")
+  monkeypatch.setattr(sweep_lib.subprocess, "run", fake)
+  other = str(tmp_path / "heads")
+  same = sweep_lib.point_config(module, "demo", {"name": "", "overrides": {"verbalizer.eps": 0.7}})
+  _write_run(os.path.join(other, "gnn"), same, 0.7)
+  differs = dict(same, tag="not-demo")  # same eps, another config: must not be reused
+  _write_run(os.path.join(other, "gnn_other"), differs, 1.0)
+  os.makedirs(os.path.join(other, "unfinished"))
+
+  workdir = str(tmp_path / "sweep")
+  table = sweep_lib.run_sweep(config_path + ":demo", "eps", workdir, reuse_dirs=[other])
+  assert fake.calls == ["eps_1.0", "eps_0.0"]
+  reused = os.path.join(workdir, "eps_0.7")
+  with open(os.path.join(reused, "reused_from.json")) as f:
+    assert json.load(f)["source"] == os.path.abspath(os.path.join(other, "gnn"))
+  assert os.path.exists(os.path.join(reused, "train_history.jsonl"))
+  assert table["rows"][1]["M"] == pytest.approx(43.0)
+
+  with pytest.raises(ValueError, match="--reuse cannot be combined"):
+    sweep_lib.run_sweep(config_path + ":demo", "eps", str(tmp_path / "x"), extra_args=["--config.seed=1"],
+                        reuse_dirs=[other])
+
+
+def test_print_mode_prints_one_command_per_point(tmp_path, config_path, capsys):
+  assert sweep_lib.run_sweep(config_path + ":demo", "eps", str(tmp_path / "p"), mode="print") == {}
+  lines = capsys.readouterr().out.strip().splitlines()
+  assert len(lines) == 3
+  assert lines[1].startswith(sys.executable) and "--config.verbalizer.eps=0.7" in lines[1]
+  assert f"--workdir={tmp_path / 'p' / 'eps_0.7'}" in lines[1]
+
+
+def test_missing_point_and_bad_override_are_named(tmp_path, config_path):
+  module = sweep_lib.load_config_module(config_path)
+  with pytest.raises(KeyError, match="verbalizer.nope"):
+    sweep_lib.point_config(module, None, {"name": "p", "overrides": {"verbalizer.nope": 1}})
+  sweep = module.get_sweep("eps")
+  with pytest.raises(FileNotFoundError, match="eps_1.0"):
+    sweep_lib.write_table(sweep, "eps", str(tmp_path / "empty"))
