@@ -158,9 +158,22 @@ def _launch(*args):
 
 def test_unknown_config_key_is_named(tmp_path):
   out = _launch("--config=configs/ovqa_msrvtt.py:demo,small", f"--workdir={tmp_path}",
-                "--config.model.hiden_size=3")
-  assert out.returncode != 0
-  assert "hiden_size" in out.stderr, out.stderr[-2000:]
+                "--config.verbalizer.epss=0.3", "--config.seed=3")
+  assert out.returncode == 2
+  # One line naming the key, the config and the closest field; no traceback.
+  assert ("error: --config.verbalizer.epss: configs/ovqa_msrvtt.py:demo,small has no field 'verbalizer.epss'; "
+          "did you mean verbalizer.eps") in out.stderr, out.stderr[-2000:]
+  assert "Traceback" not in out.stderr and not os.listdir(tmp_path)
+
+
+def test_override_check_accepts_existing_keys():
+  from evqa_jax.train import overrides
+  argv = ["--config=configs/evqa_gen.py:demo", "--config.model.frame.temporal_shift=0.25", "--noconfig.model.use_adapters",
+          "--config.eval.modes=('gen','mcq')"]
+  assert overrides.check_overrides(argv) == []
+  (error,) = overrides.check_overrides(argv + ["--config.model.frame.shift=1"])
+  assert error.startswith("--config.model.frame.shift: configs/evqa_gen.py:demo has no field 'model.frame.shift'; "
+                          "did you mean model.frame.temporal_shift"), error
 
 
 def test_unknown_config_variant_is_named(tmp_path):

@@ -1,0 +1,105 @@
+"""A readable error for `--config.<key>=value` overrides that name no config field, before absl parses the flags.
+
+config_flags reports such a key with a traceback from deep inside ml_collections; `check_overrides(argv)` loads the
+`--config=` file the same way and returns one line per bad key, naming the key, the config file and the closest
+existing fields, so the launchers can print them and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import os
+import sys
+from typing import Optional, Sequence
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _config_spec(argv: Sequence[str]) -> Optional[str]:
+  for i, a in enumerate(argv):
+    if a.startswith("--config="):
+      return a.split("=", 1)[1]
+    if a == "--config" and i + 1 < len(argv):
+      return argv[i + 1]
+  return None
+
+
+def _override_keys(argv: Sequence[str]) -> list:
+  keys = []
+  for a in argv:
+    for prefix in ("--config.", "--noconfig."):
+      if a.startswith(prefix):
+        keys.append(a[len(prefix):].split("=", 1)[0])
+  return keys
+
+
+def load_config(spec: str):
+  """`configs/x.py[:variant]` -> the ConfigDict its `get_config(variant)` returns (what config_flags loads)."""
+  path, _, arg = spec.partition(":")
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"--config file {path} does not exist")
+  if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+  module_spec = importlib.util.spec_from_file_location("_checked_config", path)
+  module = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(module)
+  return module.get_config(arg) if arg else module.get_config()
+
+
+def _fields(node, prefix: str = "") -> list:
+  out = []
+  for k in node.keys():
+    name = f"{prefix}{k}"
+    child = node[k]
+    if hasattr(child, "keys") and hasattr(child, "to_dict"):
+      out += _fields(child, name + ".")
+    else:
+      out.append(name)
+  return out
+
+
+def check_overrides(argv: Sequence[str]) -> list:
+  """Messages for the `--config.` keys of `argv` that the `--config=` file does not define ([] if all exist or there
+  is no --config flag; errors loading the file itself are left to config_flags, which reports them)."""
+  spec = _config_spec(argv)
+  keys = _override_keys(argv)
+  if not spec or not keys:
+    return []
+  try:
+    config = load_config(spec)
+  except Exception:  # noqa: BLE001 - config_flags reports a broken config file with its own traceback
+    return []
+  fields = _fields(config)
+  errors = []
+  for key in keys:
+    node, ok = config, True
+    for part in key.split("."):
+      if hasattr(node, "keys") and part in node.keys():
+        node = node[part]
+      else:
+        ok = False
+        break
+    if not ok:
+      *head, leaf = key.split(".")
+      parent_node, prefix = config, ""
+      for part in head:  # the deepest existing parent: suggest its fields first, by the last name component
+        if hasattr(parent_node, "keys") and part in parent_node.keys() and hasattr(parent_node[part], "keys"):
+          parent_node, prefix = parent_node[part], prefix + part + "."
+        else:
+          break
+      siblings = [k for k in parent_node.keys()] if prefix or not head else []
+      close = [prefix + k for k in difflib.get_close_matches(leaf, siblings, n=3, cutoff=0.5)]
+      if not close:
+        close = difflib.get_close_matches(key, fields, n=3, cutoff=0.6)
+      hint = f"; did you mean {', '.join(close)}?" if close else ""
+      errors.append(f"--config.{key}: {spec} has no field {key!r}{hint}")
+  return errors
+
+
+def exit_on_bad_overrides(argv: Sequence[str]) -> None:
+  errors = check_overrides(argv)
+  if errors:
+    for e in errors:
+      print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
