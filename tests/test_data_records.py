@@ -375,6 +375,10 @@ def test_data_source_corrupt_raise_and_skip(tmp_path, kind, with_index):
   if with_index:
     src = source_lib.TFRecordDataSource([good, bad], spec)
     assert [src[i]["text"] for i in range(4)] == ["aaa", "bbbb", "aaa", "bbbb"]
+    source_lib.TFRecordDataSource([good], spec).check_tails()
+    if kind == "truncated":  # the damage is in the tail: found without reading the whole file
+      with pytest.raises(ValueError, match=f"record file {bad} is damaged or truncated"):
+        src.check_tails()
     with pytest.raises(tfrecord.CorruptRecordError, match=f"{bad} at byte offset {offset}"):
       src[4]
   else:

@@ -139,6 +139,16 @@ class TFRecordDataSource:
     file_id = int(self._file_ids[index])
     return tfrecord.read_record(self._handle(file_id), int(self._offsets[index]), self.paths[file_id])
 
+  def check_tails(self) -> None:
+    """Reads the last record of every shard (CRC-checked), so a truncated or damaged file fails when a job starts,
+    naming the file, instead of hours later when the shuffle first reaches its tail. ValueError if one does not."""
+    for fid in np.unique(self._file_ids):
+      last = int(np.nonzero(self._file_ids == fid)[0][-1])
+      try:
+        self.read_raw(last)
+      except Exception as e:  # pylint: disable=broad-except
+        raise ValueError(f"record file {self.paths[int(fid)]} is damaged or truncated ({e})") from e
+
   def _check_index(self, index) -> int:
     if not isinstance(index, (int, np.integer)) or isinstance(index, bool):
       raise TypeError(f"TFRecordDataSource index must be an int, got {type(index).__name__}")
