@@ -50,11 +50,17 @@ def evqa_config(mode: str, arg, config_file: str) -> ml_collections.ConfigDict:
       num_layers=0,  # > 0: keep only the first N encoder layers (tests)
       use_adapters=True, adapter_reduction=8, dropout=0.1, dtype="float32",
       frame_encoder="clip",  # "clip" (pretrained ViT, frozen) or "conv" (small, from scratch)
-      frame=ml_collections.ConfigDict(dict(dim=64, patch_size=4, num_blocks=2, output_stride=2)),  # conv
+      # conv; temporal_shift: TSM channel fraction shifted each way per block; frame_difference: differences to the
+      # neighbouring frames as extra input channels (both make patch features motion-aware)
+      frame=ml_collections.ConfigDict(dict(dim=64, patch_size=4, num_blocks=2, output_stride=2, temporal_shift=0.125,
+                                           frame_difference=True)),
       clip_pretrained="~/models/clip-vit-base-patch16",
       clip_shape=None,  # explicit CLIPVisionConfig fields instead of clip_pretrained's config.json
       temporal_dim=128, seg_dim=64, seg_heads=4, seg_mlp_dim=128, num_queries=2, answer_dim=128,
       evidence_readout=True,  # condition the answer head on the predicted evidence (evidence_heads.evidence_readout)
+      # The readout's silhouette of the predicted mask: shape_window^2 samples over +-shape_radius patch-grid cells
+      # around its centroid (0 = off). The demo's objects have radii of 6-9 px = 3-4.5 cells of its 2-px grid.
+      shape_window=0, shape_radius=0.0,
       question_heads=4,  # attention-pooling heads of the question summary that conditions the evidence heads
       trainable=("visual_proj", "adapter", "LayerNorm", "question_pool", "temporal_head", "seg_head",
                  "answer_head")))
@@ -87,6 +93,8 @@ def evqa_config(mode: str, arg, config_file: str) -> ml_collections.ConfigDict:
     c.model.num_layers = 2
     c.model.frame.dim = 32
     c.model.frame.num_blocks = 1
+    c.model.shape_window = 11
+    c.model.shape_radius = 5.5
     c.model.temporal_dim = 64
     c.model.seg_dim = 32
     c.model.seg_mlp_dim = 64

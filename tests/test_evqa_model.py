@@ -187,6 +187,62 @@ def test_evidence_readout_recovers_motion():
   np.testing.assert_allclose(out[7], 1 / 16, atol=1e-3)  # area: one cell of 16
 
 
+def test_evidence_readout_silhouette_is_the_mask_around_its_centroid():
+  # A plus-shaped mask (5 cells) centred at (row 4, col 5) of a 9x9 grid on frame 0, at (row 2, col 2) on frame 1:
+  # the silhouette on a 3x3 lattice of +-1 cell is the plus wherever it sits.
+  b, t, gh, gw = 1, 2, 9, 9
+  grid_logits = np.full((b, t, gh, gw), -30.0, np.float32)
+  for k, (r, c) in enumerate([(4, 5), (2, 2)]):
+    for dr, dc in [(0, 0), (-1, 0), (1, 0), (0, -1), (0, 1)]:
+      grid_logits[0, k, r + dr, c + dc] = 30.0
+  feats = np.zeros((b, t, gh * gw, 2), np.float32)
+  out = evidence_heads.evidence_readout(jnp.asarray(feats), jnp.asarray(grid_logits), jnp.full((b, t), 30.0),
+                                        jnp.ones((b, t)), (gh, gw), shape_window=3, shape_radius=1.0)
+  out = np.asarray(out)[0]
+  assert out.shape == (evidence_heads.readout_dim(2, 3),) == (2 + 5 + 9,)
+  np.testing.assert_allclose(out[7:].reshape(3, 3), [[0, 1, 0], [1, 1, 1], [0, 1, 0]], atol=1e-3)
+  # Half-cell lattice: bilinear samples between cells; a corner sample averages 3 mask cells and 1 background cell.
+  out = np.asarray(evidence_heads.evidence_readout(
+      jnp.asarray(feats[:, :1]), jnp.asarray(grid_logits[:, :1]), jnp.full((b, 1), 30.0), jnp.ones((b, 1)),
+      (gh, gw), shape_window=3, shape_radius=0.5))[0]
+  np.testing.assert_allclose(out[7:].reshape(3, 3), [[0.75, 1, 0.75], [1, 1, 1], [0.75, 1, 0.75]], atol=1e-3)
+
+
+def test_temporal_shift_hand_computed():
+  # 1 video, 3 frames (the last padded), 1x1 grid, 4 channels: channel 0 comes from t-1, channel 1 from t+1.
+  x = np.arange(12, dtype=np.float32).reshape(3, 1, 1, 4) + 1.0  # frame f has channels 4f+1 .. 4f+4
+  out = np.asarray(frame_encoder.temporal_shift(jnp.asarray(x), 3, 1, jnp.asarray([[1, 1, 0]])))[:, 0, 0]
+  np.testing.assert_array_equal(out, [[0, 6, 3, 4], [1, 0, 7, 8], [5, 0, 11, 12]])
+  np.testing.assert_array_equal(np.asarray(frame_encoder.temporal_shift(jnp.asarray(x), 3, 0)), x)
+  with pytest.raises(ValueError, match="2 x 3 channels"):
+    frame_encoder.temporal_shift(jnp.asarray(x), 3, 3)
+
+
+def test_frame_differences_hand_computed():
+  # 1 video, 4 frames (the last padded), 1x1 pixel, 1 channel with values 1, 3, 7, 100.
+  x = jnp.asarray([1.0, 3.0, 7.0, 100.0]).reshape(4, 1, 1, 1)
+  out = np.asarray(frame_encoder.frame_differences(x, 4, jnp.asarray([[1, 1, 1, 0]])))[:, 0, 0]
+  np.testing.assert_array_equal(out, [[0, 2], [2, 4], [4, 0], [0, 0]])  # (x_t - x_{t-1}, x_{t+1} - x_t)
+
+
+def test_frame_encoder_with_shift_sees_neighbouring_frames():
+  enc = frame_encoder.FrameEncoder(dim=8, patch_size=4, num_blocks=1, image_size=(8, 8), temporal_shift=0.25)
+  frames = jnp.asarray(np.random.RandomState(0).randint(0, 255, (1, 3, 8, 8, 3)), jnp.uint8)
+  params = enc.init(jax.random.key(0), frames)
+  # conv2 starts at zero (identity blocks); perturb it so the block output depends on its input.
+  leaves, treedef = jax.tree_util.tree_flatten(params)
+  rng = np.random.RandomState(1)
+  params = jax.tree_util.tree_unflatten(treedef, [p + 0.3 * rng.randn(*p.shape) for p in leaves])
+  base = np.asarray(enc.apply(params, frames))
+  changed = np.asarray(enc.apply(params, frames.at[0, 2].set(0)))
+  assert np.abs(changed[0, 1] - base[0, 1]).max() > 1e-3  # frame 1 sees frame 2 through the shift
+  assert np.abs(changed[0, 0] - base[0, 0]).max() < 1e-6  # frame 0 does not (it sees frames 0 and 1 only)
+  still = frame_encoder.FrameEncoder(dim=8, patch_size=4, num_blocks=1, image_size=(8, 8))
+  a = np.asarray(still.apply(params, frames))
+  b = np.asarray(still.apply(params, frames.at[0, 2].set(0)))
+  np.testing.assert_array_equal(a[0, :2], b[0, :2])  # without the shift, frames are independent
+
+
 def test_answer_head_masks_padded_options():
   head = evidence_heads.AnswerHead(dim=8)
   h = jnp.asarray(np.random.RandomState(0).randn(2, 5, 12), jnp.float32)

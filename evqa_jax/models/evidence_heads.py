@@ -239,17 +239,29 @@ def upsample_logits(grid_logits, out_size):
   return jax.image.resize(grid_logits, shape, method="bilinear")
 
 
-def evidence_readout(patch_features, grid_logits, frame_logits, frame_mask, grid):
-  """What the predicted evidence looks like and how it moves, for the answer head.
+def readout_dim(feature_dim: int, shape_window: int = 0) -> int:
+  """Width of `evidence_readout`'s vector."""
+  return feature_dim + 5 + shape_window * shape_window
+
+
+def evidence_readout(patch_features, grid_logits, frame_logits, frame_mask, grid, shape_window: int = 0,
+                     shape_radius: float = 0.0):
+  """What the predicted evidence looks like, how it moves and what shape it has, for the answer head.
 
   Weights are the predicted evidence itself (sigmoid of the temporal and mask logits, gradients stopped: the
   evidence heads are trained by their own losses, the answer loss only shapes the features read out).
   Args:
     patch_features `[b, T, P, D]`, grid_logits `[b, T, gh, gw]`, frame_logits `[b, T]`, frame_mask `[b, T]`.
+    shape_window: S > 0 adds the silhouette: the predicted mask probabilities sampled (bilinearly) on an S x S
+      lattice spanning +-shape_radius grid cells around each frame's mask centroid, averaged over evidence frames.
+      The mask is trained on pixels, so its outline is the most direct shape evidence there is ("what shape is the
+      red object?"), independent of where the object is.
   Returns:
-    `[b, D + 5]`: mask-weighted mean patch feature over evidence frames, the mask centroid's velocity (grid cells
-    per frame, x and y, from a weighted least-squares line over frames), the mean centroid (x, y) and the mean mask
-    area (fraction of the frame).
+    `[b, readout_dim(D, S)]`: mask-weighted mean patch feature over evidence frames, the mask centroid's velocity
+    (grid fractions per frame x 30, x and y, from a weighted least-squares line over frames), the mean centroid
+    (x, y), the mean mask area (fraction of the frame), then the S * S silhouette (row-major, y then x).
+    Centroids and areas use the confident part of the mask (probability > 0.5), so the faint background of a
+    large grid does not pull them towards the centre.
   """
   b, t, p, dim = patch_features.shape
   gh, gw = grid
@@ -260,8 +272,9 @@ def evidence_readout(patch_features, grid_logits, frame_logits, frame_mask, grid
 
   ys, xs = jnp.meshgrid(jnp.arange(gh, dtype=jnp.float32), jnp.arange(gw, dtype=jnp.float32), indexing="ij")
   pos = jnp.stack([xs.reshape(-1), ys.reshape(-1)], axis=-1) / jnp.asarray([gw, gh], jnp.float32)  # [P, 2] in [0,1)
-  mass = jnp.sum(m, axis=-1)  # [b, T]
-  centroid = jnp.einsum("btp,pc->btc", m, pos) / (mass[..., None] + 1e-4)
+  confident = m * (m > 0.5)
+  mass = jnp.sum(confident, axis=-1)  # [b, T]
+  centroid = jnp.einsum("btp,pc->btc", confident, pos) / (mass[..., None] + 1e-4)
   # Frames count by evidence weight times whether there is a mask at all.
   fw = w_t * jnp.clip(mass, 0.0, 1.0)
   fw_sum = jnp.sum(fw, axis=1, keepdims=True) + 1e-4
@@ -273,7 +286,19 @@ def evidence_readout(patch_features, grid_logits, frame_logits, frame_mask, grid
   velocity = jnp.einsum("bt,btc->bc", dt, centroid - c_mean[:, None]) / var[:, None]
   area = jnp.sum(fw * mass, axis=1) / fw_sum[:, 0] / p
   # Velocity in grid fractions per frame is ~0.03; scale it to O(1).
-  return jnp.concatenate([feat, 30.0 * velocity, c_mean, area[:, None]], axis=-1)
+  parts = [feat, 30.0 * velocity, c_mean, area[:, None]]
+  if shape_window > 0:
+    offsets = jnp.linspace(-shape_radius, shape_radius, shape_window)
+    cx = centroid[..., 0] * gw  # grid cells
+    cy = centroid[..., 1] * gh
+    sy = cy[..., None, None] + offsets[None, None, :, None]  # [b, T, S, 1]
+    sx = cx[..., None, None] + offsets[None, None, None, :]  # [b, T, 1, S]
+    sy, sx = jnp.broadcast_arrays(sy, sx)
+    sample = jax.vmap(lambda img, y, x: jax.scipy.ndimage.map_coordinates(img, [y, x], order=1, mode="constant"))
+    sil = sample(m.reshape(b * t, gh, gw), sy.reshape(b * t, shape_window, shape_window),
+                 sx.reshape(b * t, shape_window, shape_window)).reshape(b, t, -1)
+    parts.append(jnp.einsum("bt,bts->bs", fw, sil) / fw_sum)
+  return jnp.concatenate(parts, axis=-1)
 
 
 class AnswerHead(nn.Module):

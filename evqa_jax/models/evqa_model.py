@@ -51,6 +51,7 @@ class EVQAModel(nn.Module):
     image_size: (H, W) of the frames; masks are produced at this size.
     temporal_dim, seg_dim, seg_heads, seg_mlp_dim, num_queries, answer_dim: head sizes.
     use_evidence_readout: condition the answer head on the evidence readout (else on zeros).
+    shape_window, shape_radius: the readout's silhouette lattice (S x S samples over +-radius grid cells; 0 = none).
     question_heads: attention-pooling heads of the question summary q (`evidence_heads.QuestionPool`).
   """
   encoder: str
@@ -65,6 +66,8 @@ class EVQAModel(nn.Module):
   num_queries: int = 2
   answer_dim: int = 128
   use_evidence_readout: bool = True
+  shape_window: int = 0
+  shape_radius: float = 0.0
   question_heads: int = 4
   dtype: Any = jnp.float32
 
@@ -96,8 +99,11 @@ class EVQAModel(nn.Module):
     Returns {"answer_logits": [b, C], "frame_logits": [b, T], "grid_logits": [b, T, gh, gw],
              "mask_logits": [b, T, H, W]} (float32).
     """
-    feats = self.vision(batch["frames"])
     frame_mask = batch["frame_mask"]
+    if self.frame_encoder == "conv":
+      feats = self.vision(batch["frames"], frame_mask)
+    else:
+      feats = self.vision(batch["frames"])
     pooled = frame_encoder_lib.pool_frames(feats, frame_mask)
     t = pooled.shape[1]
     out = self.lm(batch["input_ids"], batch["attention_mask"], token_type_ids=batch["token_type_ids"],
@@ -111,9 +117,11 @@ class EVQAModel(nn.Module):
     grid_logits, mask_logits = self.seg_head(feats, q, h_vis)
     frame_logits = self.temporal_head(h_vis, q, pooled, evidence_heads.mask_statistics(grid_logits))
     if self.use_evidence_readout:
-      evidence = evidence_heads.evidence_readout(feats, grid_logits, frame_logits, frame_mask, self.vision.grid)
+      evidence = evidence_heads.evidence_readout(feats, grid_logits, frame_logits, frame_mask, self.vision.grid,
+                                                 self.shape_window, self.shape_radius)
     else:
-      evidence = jnp.zeros((feats.shape[0], feats.shape[-1] + 5), feats.dtype)
+      evidence = jnp.zeros((feats.shape[0], evidence_heads.readout_dim(feats.shape[-1], self.shape_window)),
+                           feats.dtype)
     answer_logits = self.answer_head(option_hidden, evidence, batch["option_valid"])
     return {"answer_logits": answer_logits, "frame_logits": frame_logits, "grid_logits": grid_logits,
             "mask_logits": mask_logits}

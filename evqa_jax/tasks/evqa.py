@@ -279,7 +279,8 @@ class EVQATask(base.Task):
         encoder=mc.encoder, encoder_config=self.encoder_config, frame_encoder=mc.frame_encoder,
         frame_config=frame_config, image_size=self.frame_size, temporal_dim=mc.temporal_dim, seg_dim=mc.seg_dim,
         seg_heads=mc.seg_heads, seg_mlp_dim=mc.seg_mlp_dim, num_queries=mc.num_queries, answer_dim=mc.answer_dim,
-        use_evidence_readout=mc.evidence_readout, question_heads=mc.question_heads, dtype=_DTYPES[mc.dtype])
+        use_evidence_readout=mc.evidence_readout, shape_window=mc.shape_window, shape_radius=mc.shape_radius,
+        question_heads=mc.question_heads, dtype=_DTYPES[mc.dtype])
     self._entries = {}
     self._text_cache = {}
 
@@ -299,7 +300,8 @@ class EVQATask(base.Task):
     mc = self.config.model
     if mc.frame_encoder == "conv":
       return dict(dim=mc.frame.dim, patch_size=mc.frame.patch_size, num_blocks=mc.frame.num_blocks,
-                  output_stride=mc.frame.output_stride)
+                  output_stride=mc.frame.output_stride, temporal_shift=mc.frame.temporal_shift,
+                  frame_difference=mc.frame.frame_difference)
     if mc.frame_encoder == "clip":
       from evqa_jax.models import clip_vision
       if mc.clip_shape:
