@@ -17,7 +17,9 @@ scores a model's Gen predictions (predictions.json + pred_masks/) under the base
 evaluator scores only frames that have a predicted PNG and counts a frame where both masks are empty as J = F = 1,
 so the whole-video baselines (a PNG on every frame) collect 1s on every frame without the object. The rescore copies
 the model's masks and adds an empty PNG for every other frame of the video (the model's masklet is empty outside its
-predicted evidence), so model and baselines are scored on the same frames. Prints {"rescored": metrics}.
+predicted evidence), so model and baselines are scored on the same frames. Prints {"rescored": metrics}; on the
+synthetic world (whose records carry synthetic_question_types.json) also {"by_kind": {kind: {"n", "accuracy",
+"tIoU", "J", "F"}}} (in %) from the run's per_entry.json: which kinds of question the model has learnt.
 """
 
 import argparse
@@ -119,6 +121,29 @@ def rescore_every_frame(records_dir: str, split: str, pred_dir: str, out_dir: st
   return json_safe(metrics)
 
 
+def by_question_kind(records_dir: str, pred_dir: str) -> dict:
+  """Per-entry results of `pred_dir/per_entry.json` averaged per synthetic question kind; {} off the synthetic world."""
+  kinds_path = os.path.join(records_dir, "synthetic_question_types.json")
+  per_entry_path = os.path.join(pred_dir, "per_entry.json")
+  if not (os.path.isfile(kinds_path) and os.path.isfile(per_entry_path)):
+    return {}
+  with open(kinds_path) as f:
+    kinds = json.load(f)
+  with open(per_entry_path) as f:
+    per_entry = json.load(f)
+  groups = {}
+  for entry_id, r in per_entry.items():
+    if entry_id not in kinds:
+      raise KeyError(f"{per_entry_path}: entry {entry_id!r} is not in {kinds_path}")
+    groups.setdefault(kinds[entry_id], []).append(r)
+  out = {}
+  for kind, rows in sorted(groups.items()):
+    out[kind] = {"n": len(rows), "accuracy": 100.0 * float(np.mean([bool(r["correct"]) for r in rows]))}
+    for key, name in (("IoU", "tIoU"), ("J", "J"), ("F", "F")):
+      out[kind][name] = 100.0 * float(np.mean([r[key] for r in rows]))
+  return out
+
+
 def trivial_baselines(records_dir: str, split: str = "test", out_dir: str | None = None) -> dict:
   """{"whole_video_<mask>": Gen metrics for each mask kind, "mcq_first_option": MCQ metrics}."""
   results = {}
@@ -146,6 +171,9 @@ def main(argv=None) -> dict:
   if a.rescore:
     with tempfile.TemporaryDirectory() as tmp:
       results = {"rescored": rescore_every_frame(a.records, a.split, a.rescore, a.out or tmp)}
+    kinds = by_question_kind(a.records, a.rescore)
+    if kinds:
+      results["by_kind"] = kinds
     print(json.dumps(results, sort_keys=True))
     return results
   results = trivial_baselines(a.records, a.split, a.out)
