@@ -34,16 +34,23 @@ def _override_keys(argv: Sequence[str]) -> list:
   return keys
 
 
-def load_config(spec: str):
-  """`configs/x.py[:variant]` -> the ConfigDict its `get_config(variant)` returns (what config_flags loads)."""
-  path, _, arg = spec.partition(":")
+def load_config_module(spec: str, name: str = "_evqa_config"):
+  """The Python module of a `--config=configs/x.py[:variant]` file (the variant is ignored here)."""
+  path = spec.split(":")[0]
   if not os.path.exists(path):
     raise FileNotFoundError(f"--config file {path} does not exist")
   if REPO not in sys.path:
     sys.path.insert(0, REPO)
-  module_spec = importlib.util.spec_from_file_location("_checked_config", path)
+  module_spec = importlib.util.spec_from_file_location(name, path)
   module = importlib.util.module_from_spec(module_spec)
   module_spec.loader.exec_module(module)
+  return module
+
+
+def load_config(spec: str):
+  """`configs/x.py[:variant]` -> the ConfigDict its `get_config(variant)` returns (what config_flags loads)."""
+  arg = spec.partition(":")[2]
+  module = load_config_module(spec)
   return module.get_config(arg) if arg else module.get_config()
 
 

@@ -15,7 +15,6 @@ history, evaluation outputs, TensorBoard log; not the checkpoints) are copied, w
 """
 
 import csv
-import importlib.util
 import json
 import os
 import shlex
@@ -24,21 +23,15 @@ import subprocess
 import sys
 
 from evqa_jax import io as io_lib
+from evqa_jax.train import overrides
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def load_config_module(config_path: str):
-  path = config_path.split(":")[0]
-  if not os.path.exists(path):
-    raise FileNotFoundError(f"--config file {path} does not exist")
-  if REPO not in sys.path:
-    sys.path.insert(0, REPO)
-  spec = importlib.util.spec_from_file_location("_sweep_config", path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
+  module = overrides.load_config_module(config_path, "_sweep_config")
   if not hasattr(module, "get_sweep"):
-    raise ValueError(f"{path} defines no get_sweep(name, arg): it supports no sweeps")
+    raise ValueError(f"{config_path.split(':')[0]} defines no get_sweep(name, arg): it supports no sweeps")
   return module
 
 
