@@ -5,6 +5,7 @@ Durations use one vocabulary (evqa_jax.train.durations): set exactly one of `<na
 """
 
 import ml_collections
+from ml_collections import config_dict
 
 
 def parse_variants(arg) -> set:
@@ -25,15 +26,12 @@ def base_config() -> ml_collections.ConfigDict:
   c.batch_size = 32
   c.eval_batch_size = 64
 
-  c.total_steps = None
-  c.total_epochs = None
-  c.total_examples = None
-  c.eval_every_steps = None
-  c.eval_every_epochs = None
-  c.eval_every_examples = None
-  c.checkpoint_every_steps = None
-  c.checkpoint_every_epochs = None
-  c.checkpoint_every_examples = None
+  # Placeholders (None until set) so that `--config.total_steps=500 --config.total_epochs=None` works from the command
+  # line: config_flags cannot override a plain None field, and parses `object` fields as Python literals (None, 500,
+  # 0.5). evqa_jax.train.durations checks the values. Epochs may be fractional.
+  for prefix in ("total", "eval_every", "checkpoint_every"):
+    for unit in ("steps", "epochs", "examples"):
+      c[f"{prefix}_{unit}"] = config_dict.placeholder(object)
   c.log_every_steps = 10
 
   c.checkpoint = ml_collections.ConfigDict(dict(max_to_keep=2))

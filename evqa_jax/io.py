@@ -3,6 +3,7 @@
 import contextlib
 import json
 import os
+import subprocess
 import tempfile
 
 
@@ -41,3 +42,37 @@ def write_text(path: str, text: str) -> None:
   with atomic_path(path) as tmp:
     with open(tmp, "w") as f:
       f.write(text)
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# What a training run executes; README, tests and benchmarks are not part of a result.
+CODE_PATHS = ("evqa_jax", "configs", "data_prep", "launch")
+
+
+def _git(*args, timeout: float = 10.0):
+  try:
+    out = subprocess.run(["git", "-C", REPO, *args], capture_output=True, text=True, timeout=timeout)
+  except (OSError, subprocess.SubprocessError):
+    return None
+  return out
+
+
+def code_version() -> dict:
+  """{"commit": HEAD, "dirty": the code paths have uncommitted changes} of the git checkout this package runs from;
+  {} outside one. Recorded in every workdir's config.json, so a result can be traced to the code that produced it."""
+  commit = _git("rev-parse", "HEAD")
+  status = _git("status", "--porcelain", "--untracked-files=no", "--", *CODE_PATHS)
+  if commit is None or status is None or commit.returncode != 0 or status.returncode != 0:
+    return {}
+  return {"commit": commit.stdout.strip(), "dirty": bool(status.stdout.strip())}
+
+
+def same_code(a: dict, b: dict) -> bool:
+  """Whether two `code_version()` records ran the same code: both clean and no difference in CODE_PATHS between
+  their commits (commits that change only docs or tests count as the same code)."""
+  if not a or not b or a.get("dirty") or b.get("dirty"):
+    return False
+  if a["commit"] == b["commit"]:
+    return True
+  diff = _git("diff", "--quiet", a["commit"], b["commit"], "--", *CODE_PATHS)
+  return diff is not None and diff.returncode == 0

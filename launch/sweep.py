@@ -4,6 +4,8 @@
   python launch/sweep.py --config=configs/ovqa_msrvtt.py --sweep=eps --workdir=gs://... --mode=print  # cluster
   python launch/sweep.py --config=configs/ovqa_msrvtt.py:demo --sweep=variants --workdir=runs/variants \
       --reuse=runs/eps_sweep   # points with exactly the config of a finished run there are copied, not retrained
+  python launch/sweep.py --config=configs/ovqa_msrvtt.py:demo --sweep=eps --workdir=runs/eps_seeds \
+      --only=eps_1.0,eps_0.7 --seeds=42,43,44   # mean ± std over seeds for two points
 Finished points are not rerun; the table (CSV + Markdown) and plot (PNG) land in --workdir.
 """
 
@@ -19,6 +21,8 @@ flags.DEFINE_string("sweep", None, "Sweep name, e.g. eps, variants, heads.")
 flags.DEFINE_string("workdir", None, "Directory holding one workdir per point and the tables.")
 flags.DEFINE_list("reuse", [], "Other sweeps' workdirs: a finished point there with exactly the same config is "
                   "copied instead of retrained (e.g. variants E = eps 0.7).")
+flags.DEFINE_list("only", [], "Run only these points of the sweep (names as in get_sweep), e.g. eps_1.0,eps_0.7.")
+flags.DEFINE_list("seeds", [], "Run every point once per seed (config.seed); the table gives mean ± std over them.")
 flags.DEFINE_enum("mode", "local", ["local", "print"], "local: run points one after another; print: print commands.")
 flags.mark_flags_as_required(["config", "sweep", "workdir"])
 FLAGS = flags.FLAGS
@@ -27,7 +31,7 @@ FLAGS = flags.FLAGS
 def main(argv):
   from evqa_jax.train import sweep
   sweep.run_sweep(FLAGS.config, FLAGS.sweep, FLAGS.workdir, mode=FLAGS.mode, extra_args=argv[1:],
-                  reuse_dirs=FLAGS.reuse)
+                  reuse_dirs=FLAGS.reuse, only=FLAGS.only, seeds=[int(x) for x in FLAGS.seeds])
 
 
 if __name__ == "__main__":

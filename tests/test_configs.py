@@ -62,3 +62,20 @@ def test_durations_vocabulary():
     durations.to_steps(c, "total", steps_per_epoch=10, batch_size=32)
   c = ml_collections.ConfigDict(dict(eval_every_steps=None))
   assert durations.to_steps(c, "eval_every", steps_per_epoch=10, batch_size=32, required=False) is None
+  for bad, msg in (("10", "is not a number"), (2.5, "is not a whole number"), (-1, "is negative")):
+    c = ml_collections.ConfigDict(dict(total_steps=bad))
+    with pytest.raises(ValueError, match=f"config.total_steps = .* {msg}"):
+      durations.to_steps(c, "total", steps_per_epoch=10, batch_size=32)
+
+
+def test_durations_switch_units_from_the_command_line(tmp_path):
+  # The demo counts epochs; a user switches to steps on the command line (None unsets a duration field).
+  import subprocess
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  code = ("import sys; from absl import flags; from ml_collections import config_flags; "
+          "config_flags.DEFINE_config_file('config'); flags.FLAGS(sys.argv); c = flags.FLAGS.config; "
+          "print(c.total_steps, c.total_epochs, c.checkpoint_every_epochs)")
+  out = subprocess.run([sys.executable, "-c", code, "--config=configs/ovqa_msrvtt.py:demo", "--config.total_steps=20",
+                        "--config.total_epochs=None", "--config.checkpoint_every_epochs=0.5"],
+                       cwd=repo, capture_output=True, text=True, check=True, env=dict(os.environ, PYTHONPATH=repo))
+  assert out.stdout.split() == ["20", "None", "0.5"]

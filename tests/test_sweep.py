@@ -1,5 +1,5 @@
 """launch/sweep.py's engine (evqa_jax.train.sweep): resumable points, reuse of identical finished runs, the tables and
-the plot. Training itself is replaced by a fake `subprocess.run` that writes what launch/train.py writes."""
+the plot. Training itself is replaced by a fake `_run_point` that writes what launch/train.py writes."""
 
 import csv
 import json
@@ -31,10 +31,13 @@ def _metrics(eps):
   return {"eval": {"test": {"base": 90.0 + eps, "mAcc": 50.0 - 10.0 * eps, "total": 1.0}}}
 
 
-def _write_run(run_dir, config, eps):
+CODE = {"commit": "c0ffee", "dirty": False}  # the code version the tests pretend to run
+
+
+def _write_run(run_dir, config, eps, code=CODE):
   os.makedirs(os.path.join(run_dir, "eval"), exist_ok=True)
   with open(os.path.join(run_dir, "config.json"), "w") as f:
-    json.dump({"identity": {}, "config": config}, f)
+    json.dump({"identity": {}, "config": config, **({"code": code} if code is not None else {})}, f)
   with open(os.path.join(run_dir, "train_history.jsonl"), "w") as f:
     f.write(json.dumps({"step": 1, "loss": eps}) + "\n")
   with open(os.path.join(run_dir, "final_metrics.json"), "w") as f:
@@ -49,12 +52,12 @@ def config_path(tmp_path):
 
 
 class FakeTrain:
-  """Stands in for `subprocess.run([python, launch/train.py, --config=..., --workdir=..., --config.k=v ...])`."""
+  """Stands in for running `[python, launch/train.py, --config=..., --workdir=..., --config.k=v ...]`."""
 
   def __init__(self, module, arg):
     self.module, self.arg, self.calls = module, arg, []
 
-  def __call__(self, cmd, cwd=None):
+  def __call__(self, cmd):
     workdir = next(a.split("=", 1)[1] for a in cmd if a.startswith("--workdir="))
     eps = float(next(a.split("=", 1)[1] for a in cmd if a.startswith("--config.verbalizer.eps=")))
     self.calls.append(os.path.basename(workdir))
@@ -66,7 +69,7 @@ class FakeTrain:
 def test_runs_missing_points_only_and_writes_tables_and_plot(tmp_path, config_path, monkeypatch):
   module = sweep_lib.load_config_module(config_path + ":demo")
   fake = FakeTrain(module, "demo")
-  monkeypatch.setattr(sweep_lib.subprocess, "run", fake)
+  monkeypatch.setattr(sweep_lib, "_run_point", fake)
   workdir = str(tmp_path / "sweep")
   # eps_0.7 finished in an earlier (interrupted) sweep; eps_0.0 was interrupted before finishing.
   _write_run(os.path.join(workdir, "eps_0.7"), {"stale": True}, 0.7)
@@ -93,9 +96,14 @@ def test_runs_missing_points_only_and_writes_tables_and_plot(tmp_path, config_pa
 def test_reuse_copies_only_runs_with_exactly_the_same_config(tmp_path, config_path, monkeypatch):
   module = sweep_lib.load_config_module(config_path + ":demo")
   fake = FakeTrain(module, "demo")
-  monkeypatch.setattr(sweep_lib.subprocess, "run", fake)
+  monkeypatch.setattr(sweep_lib, "_run_point", fake)
+  monkeypatch.setattr(sweep_lib.io_lib, "code_version", lambda: dict(CODE))
   other = str(tmp_path / "heads")
   same = sweep_lib.point_config(module, "demo", {"name": "", "overrides": {"verbalizer.eps": 0.7}})
+  # Same config but other, unrecorded or uncommitted code: never reused ("0000000" is no commit of this repo).
+  _write_run(os.path.join(other, "a_gnn_old_code"), same, 0.0, code={"commit": "0000000", "dirty": False})
+  _write_run(os.path.join(other, "b_gnn_unrecorded"), same, 0.0, code=None)
+  _write_run(os.path.join(other, "c_gnn_dirty"), same, 0.0, code={"commit": "c0ffee", "dirty": True})
   _write_run(os.path.join(other, "gnn"), same, 0.7)
   differs = dict(same, tag="not-demo")  # same eps, another config: must not be reused
   _write_run(os.path.join(other, "gnn_other"), differs, 1.0)
@@ -130,3 +138,48 @@ def test_missing_point_and_bad_override_are_named(tmp_path, config_path):
   sweep = module.get_sweep("eps")
   with pytest.raises(FileNotFoundError, match="eps_1.0"):
     sweep_lib.write_table(sweep, "eps", str(tmp_path / "empty"))
+
+
+def test_seeds_and_only_give_mean_and_std(tmp_path, config_path, monkeypatch):
+  module = sweep_lib.load_config_module(config_path)
+  calls = []
+
+  def fake_run(cmd):
+    workdir = next(a.split("=", 1)[1] for a in cmd if a.startswith("--workdir="))
+    eps = float(next(a.split("=", 1)[1] for a in cmd if a.startswith("--config.verbalizer.eps=")))
+    seed = int(next(a.split("=", 1)[1] for a in cmd if a.startswith("--config.seed=")))
+    calls.append(os.path.basename(workdir))
+    overrides = {"verbalizer.eps": eps, "seed": seed}
+    _write_run(workdir, sweep_lib.point_config(module, None, {"name": "", "overrides": overrides}), eps)
+    # Make the result seed-dependent: base = 90 + eps + (seed - 1), so seeds 1 and 3 differ by 2.
+    with open(os.path.join(workdir, "final_metrics.json"), "w") as f:
+      json.dump({"eval": {"test": {"base": 90.0 + eps + seed - 1, "mAcc": 50.0 - 10.0 * eps}}}, f)
+    return subprocess.CompletedProcess(cmd, 0)
+
+  monkeypatch.setattr(sweep_lib, "_run_point", fake_run)
+  workdir = str(tmp_path / "seeds")
+  table = sweep_lib.run_sweep(config_path, "eps", workdir, only=["eps_1.0", "eps_0.0"], seeds=[1, 3])
+  assert calls == ["eps_1.0_seed1", "eps_1.0_seed3", "eps_0.0_seed1", "eps_0.0_seed3"]
+  (r1, r0) = table["rows"]
+  assert (r1["name"], r1["n"], r1["B"], r1["B_std"], r1["M_std"]) == ("eps_1.0", 2, 92.0, 1.0, 0.0)
+  assert (r0["name"], r0["B"]) == ("eps_0.0", 91.0)
+  with open(os.path.join(workdir, "eps.csv")) as f:
+    rows = list(csv.reader(f))
+  assert rows[0] == ["point", "seeds", "B", "B_std", "M", "M_std"]
+  assert rows[1] == ["eps_1.0", "2", "92.00", "1.00", "40.00", "0.00"]
+  assert "| eps_0.0 | 2 | 91.00 ± 1.00 | 50.00 ± 0.00 |" in open(os.path.join(workdir, "eps.md")).read()
+  assert os.path.exists(os.path.join(workdir, "eps.png"))
+  with pytest.raises(ValueError, match=r"unknown sweep points \['eps_0.5'\]"):
+    sweep_lib.run_sweep(config_path, "eps", workdir, only=["eps_0.5"])
+
+
+def test_same_code_compares_code_paths_of_commits():
+  from evqa_jax import io as io_lib
+  version = io_lib.code_version()
+  if not version:
+    pytest.skip("not a git checkout")
+  head = {"commit": version["commit"], "dirty": False}
+  assert io_lib.same_code(head, dict(head))
+  assert not io_lib.same_code(head, dict(head, dirty=True))
+  assert not io_lib.same_code(head, {})
+  assert not io_lib.same_code(head, {"commit": "0" * 40, "dirty": False})

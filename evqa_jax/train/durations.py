@@ -22,6 +22,10 @@ def to_steps(config, prefix: str, *, steps_per_epoch: float, batch_size: int, re
       raise ValueError(f"config sets none of {prefix}_steps, {prefix}_epochs, {prefix}_examples")
     return None
   (unit, value), = values.items()
+  if isinstance(value, bool) or not isinstance(value, (int, float)):
+    raise ValueError(f"config.{prefix}_{unit} = {value!r} is not a number")
+  if unit != "epochs" and value != int(value):
+    raise ValueError(f"config.{prefix}_{unit} = {value!r} is not a whole number")
   if value < 0:
     raise ValueError(f"config.{prefix}_{unit} = {value} is negative")
   if unit == "steps":

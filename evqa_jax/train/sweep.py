@@ -12,6 +12,9 @@ not rerun (resumable), and an interrupted point resumes from its own checkpoints
 when a finished run there has exactly the configuration this point would train (its `config.json`, compared field by
 field), e.g. Table 5's variant E is Table 8's eps = 0.7 and the heads sweep's "+ GNN" point. Its results (metrics,
 history, evaluation outputs, TensorBoard log; not the checkpoints) are copied, with `reused_from.json` naming the source.
+A source run is reused only if its config.json records (under "code") a clean commit whose code paths
+(`evqa_jax.io.CODE_PATHS`) match the current clean checkout: the same config trained by other code is another
+experiment.
 """
 
 import csv
@@ -65,7 +68,8 @@ def point_config(module, arg, point: dict) -> dict:
 
 
 def find_reusable(expected: dict, reuse_dirs) -> str:
-  """A finished run directory under one of `reuse_dirs` that trained exactly `expected`, or ''."""
+  """A finished run directory under one of `reuse_dirs` that trained exactly `expected` with this code, or ''."""
+  current = io_lib.code_version()
   for root in reuse_dirs:
     if not os.path.isdir(root):
       raise FileNotFoundError(f"--reuse directory {root} does not exist")
@@ -76,10 +80,15 @@ def find_reusable(expected: dict, reuse_dirs) -> str:
         continue
       try:
         with open(cfg_path) as f:
-          theirs = json.load(f).get("config")
+          record = json.load(f)
       except (OSError, ValueError):
         continue
-      if theirs == expected:
+      if record.get("config") == expected:
+        code = record.get("code") or {}
+        if not io_lib.same_code(code, current):
+          print(f"[sweep] {run} has the same config but was trained by other or unrecorded code "
+                f"({code or 'no code version'}; now {current or 'not a git checkout'}): not reused", flush=True)
+          continue
         return run
   return ""
 
@@ -104,12 +113,42 @@ def reuse_point(source: str, point_dir: str) -> None:
     shutil.copy2(os.path.join(source, "final_metrics.json"), tmp)
 
 
+def _run_point(cmd: list) -> subprocess.CompletedProcess:
+  """Runs one point's training command (the tests replace this)."""
+  return subprocess.run(cmd, cwd=REPO)
+
+
+def select_points(sweep: dict, only=(), seeds=()) -> dict:
+  """The sweep restricted to the points named in `only` (all if empty), each repeated once per seed in `seeds` as
+  `<name>_seed<s>` with `seed` overridden (as is if empty). Every point keeps its `group` (the original name), which
+  the table averages over."""
+  points = sweep["points"]
+  if only:
+    names = [p["name"] for p in points]
+    unknown = [n for n in only if n not in names]
+    if unknown:
+      raise ValueError(f"--only names unknown sweep points {unknown}; this sweep has {names}")
+    points = [p for p in points if p["name"] in only]
+  out = []
+  for p in points:
+    if seeds:
+      out += [dict(p, name=f"{p['name']}_seed{s}", overrides={**p["overrides"], "seed": int(s)}, group=p["name"])
+              for s in seeds]
+    else:
+      out.append(dict(p, group=p["name"]))
+  return dict(sweep, points=out)
+
+
 def run_sweep(config_path: str, sweep_name: str, workdir: str, mode: str = "local", extra_args=(),
-              reuse_dirs=()) -> dict:
-  """Runs (or prints) every point, then writes `<workdir>/<sweep>.csv`, `.md` and `.png`. Returns the table."""
+              reuse_dirs=(), only=(), seeds=()) -> dict:
+  """Runs (or prints) every point, then writes `<workdir>/<sweep>.csv`, `.md` and `.png`. Returns the table.
+
+  `only`: point names to run (default all); `seeds`: run every point once per seed; the table then gives the mean and
+  the standard deviation over seeds.
+  """
   module = load_config_module(config_path)
   arg = config_path.split(":", 1)[1] if ":" in config_path else None
-  sweep = module.get_sweep(sweep_name, arg)
+  sweep = select_points(module.get_sweep(sweep_name, arg), only, seeds)
   if reuse_dirs and extra_args:
     raise ValueError(f"--reuse cannot be combined with extra train.py arguments {list(extra_args)}: the reused "
                      f"runs' configs are compared with the sweep points' configs, which those arguments would change")
@@ -132,7 +171,7 @@ def run_sweep(config_path: str, sweep_name: str, workdir: str, mode: str = "loca
         print(f"[sweep] {point['name']}: same config as the finished run {source}, its results reused", flush=True)
         continue
     print(f"[sweep] {point['name']}: {' '.join(shlex.quote(c) for c in cmd)}", flush=True)
-    result = subprocess.run(cmd, cwd=REPO)
+    result = _run_point(cmd)
     if result.returncode != 0:
       raise RuntimeError(f"sweep point {point['name']} failed with exit code {result.returncode} "
                          f"(workdir {point_dir})")
@@ -142,26 +181,52 @@ def run_sweep(config_path: str, sweep_name: str, workdir: str, mode: str = "loca
 
 
 def write_table(sweep: dict, sweep_name: str, workdir: str) -> dict:
-  rows = []
+  """Reads every point's final metrics; writes `<sweep>.csv`, `.md` and (numeric x) `.png`.
+
+  Points sharing a `group` (one per seed) become one row: the mean, with the standard deviation over them (ddof 0)
+  in the CSV's `<column>_std` columns, as `mean ± std` in the Markdown and as error bars in the plot.
+  """
   split = sweep["split"]
+  titles = [t for _, t in sweep["columns"]]
+  groups = {}
   for point in sweep["points"]:
     path = os.path.join(workdir, point["name"], "final_metrics.json")
     if not os.path.exists(path):
       raise FileNotFoundError(f"{path} is missing: sweep point {point['name']} has not finished")
     with open(path) as f:
       metrics = json.load(f)["eval"][split]
-    rows.append({"name": point["name"], "x": point.get("x"),
-                 **{title: metrics[key] for key, title in sweep["columns"]}})
-  titles = [t for _, t in sweep["columns"]]
+    group = groups.setdefault(point.get("group", point["name"]), {"x": point.get("x"), "values": []})
+    group["values"].append({title: float(metrics[key]) for key, title in sweep["columns"]})
+  rows = []
+  for name, g in groups.items():
+    row = {"name": name, "x": g["x"], "n": len(g["values"])}
+    for t in titles:
+      vals = [v[t] for v in g["values"]]
+      mean = sum(vals) / len(vals)
+      row[t] = mean
+      row[f"{t}_std"] = (sum((v - mean) ** 2 for v in vals) / len(vals)) ** 0.5
+    rows.append(row)
+  multi = any(r["n"] > 1 for r in rows)
+
   csv_path = os.path.join(workdir, f"{sweep_name}.csv")
   with io_lib.atomic_path(csv_path) as tmp:
     with open(tmp, "w", newline="") as f:
       w = csv.writer(f)
-      w.writerow(["point"] + titles)
-      for r in rows:
-        w.writerow([r["name"]] + [f"{r[t]:.2f}" for t in titles])
-  md = ["| point | " + " | ".join(titles) + " |", "|---|" + "---|" * len(titles)]
-  md += ["| " + r["name"] + " | " + " | ".join(f"{r[t]:.2f}" for t in titles) + " |" for r in rows]
+      if multi:
+        w.writerow(["point", "seeds"] + [c for t in titles for c in (t, f"{t}_std")])
+        for r in rows:
+          w.writerow([r["name"], r["n"]] + [f"{r[c]:.2f}" for t in titles for c in (t, f"{t}_std")])
+      else:
+        w.writerow(["point"] + titles)
+        for r in rows:
+          w.writerow([r["name"]] + [f"{r[t]:.2f}" for t in titles])
+  if multi:
+    md = ["| point | seeds | " + " | ".join(titles) + " |", "|---|---|" + "---|" * len(titles)]
+    md += ["| " + r["name"] + f" | {r['n']} | " + " | ".join(f"{r[t]:.2f} ± {r[t + '_std']:.2f}" for t in titles)
+           + " |" for r in rows]
+  else:
+    md = ["| point | " + " | ".join(titles) + " |", "|---|" + "---|" * len(titles)]
+    md += ["| " + r["name"] + " | " + " | ".join(f"{r[t]:.2f}" for t in titles) + " |" for r in rows]
   io_lib.write_text(os.path.join(workdir, f"{sweep_name}.md"), "\n".join(md) + "\n")
   print("\n".join(md), flush=True)
   numeric = [r for r in rows if r["x"] is not None]
@@ -171,11 +236,17 @@ def write_table(sweep: dict, sweep_name: str, workdir: str) -> dict:
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(6, 4))
     numeric.sort(key=lambda r: r["x"])
+    xs = [r["x"] for r in numeric]
     for t in titles:
-      ax.plot([r["x"] for r in numeric], [r[t] for r in numeric], marker="o", label=t)
+      if multi:
+        ax.errorbar(xs, [r[t] for r in numeric], yerr=[r[f"{t}_std"] for r in numeric], marker="o", capsize=3,
+                    label=t)
+      else:
+        ax.plot(xs, [r[t] for r in numeric], marker="o", label=t)
     ax.set_xlabel(sweep["x_label"])
     ax.set_ylabel("accuracy (%)")
-    ax.set_title(f"{sweep_name} sweep ({split})")
+    seeds = f", mean ± std over {max(r['n'] for r in rows)} seeds" if multi else ""
+    ax.set_title(f"{sweep_name} sweep ({split}{seeds})")
     ax.legend(ncol=3, fontsize=8)
     ax.grid(alpha=0.3)
     png = os.path.join(workdir, f"{sweep_name}.png")

@@ -88,7 +88,8 @@ def _check_workdir(config, workdir: str) -> None:
           f"{'; '.join(diffs)}. Use a new --workdir or delete that one")
   _sync("evqa_jax:workdir_checked")  # everyone read the old file before process 0 replaces it
   if jax.process_index() == 0:
-    io_lib.write_json(path, {"identity": mine, "config": json.loads(config.to_json_best_effort())})
+    io_lib.write_json(path, {"identity": mine, "config": json.loads(config.to_json_best_effort()),
+                             "code": io_lib.code_version()})
 
 
 class StepFns:
