@@ -61,6 +61,9 @@ def evqa_config(mode: str, arg, config_file: str) -> ml_collections.ConfigDict:
       # The readout's silhouette of the predicted mask: shape_window^2 samples over +-shape_radius patch-grid cells
       # around its centroid (0 = off). The demo's objects have radii of 6-9 px = 3-4.5 cells of its 2-px grid.
       shape_window=0, shape_radius=0.0,
+      # The temporal head also sees what the mask shows per frame (silhouette, position, size, motion), and masks are
+      # p(frame is evidence) x p(pixel is the object): see evqa_jax/models/evqa_model.py.
+      frame_descriptors=False, factorized_masks=False,
       question_heads=4,  # attention-pooling heads of the question summary that conditions the evidence heads
       trainable=("visual_proj", "adapter", "LayerNorm", "question_pool", "temporal_head", "seg_head",
                  "answer_head")))
@@ -95,6 +98,8 @@ def evqa_config(mode: str, arg, config_file: str) -> ml_collections.ConfigDict:
     c.model.frame.num_blocks = 1
     c.model.shape_window = 11
     c.model.shape_radius = 5.5
+    c.model.frame_descriptors = True
+    c.model.factorized_masks = True
     c.model.temporal_dim = 64
     c.model.seg_dim = 32
     c.model.seg_mlp_dim = 64

@@ -208,6 +208,33 @@ def test_evidence_readout_silhouette_is_the_mask_around_its_centroid():
   np.testing.assert_allclose(out[7:].reshape(3, 3), [[0.75, 1, 0.75], [1, 1, 1], [0.75, 1, 0.75]], atol=1e-3)
 
 
+def test_frame_descriptors_hand_computed():
+  # One cell moving right by one cell per frame on a 4x4 grid in frames 0-3, nothing in frame 4.
+  grid_logits = np.full((1, 5, 4, 4), -30.0, np.float32)
+  for k in range(4):
+    grid_logits[0, k, 1, k] = 30.0
+  d = np.asarray(evidence_heads.frame_descriptors(jnp.asarray(grid_logits), jnp.ones((1, 5)), (4, 4), 3, 1.0))[0]
+  assert d.shape == (5, 9 + 5)
+  np.testing.assert_allclose(d[:4, :9], np.tile([0, 0, 0, 0, 1, 0, 0, 0, 0], (4, 1)), atol=1e-3)  # a lone cell
+  np.testing.assert_allclose(d[:4, 9], [0, 0.25, 0.5, 0.75], atol=1e-3)  # centroid x
+  np.testing.assert_allclose(d[:4, 10], 0.25, atol=1e-3)  # centroid y
+  np.testing.assert_allclose(d[:4, 11], 1 / 16, atol=1e-3)  # area
+  np.testing.assert_allclose(d[:4, 12], 30 * 0.25, atol=1e-2)  # x velocity, also at both ends of the run
+  np.testing.assert_allclose(d[:4, 13], 0.0, atol=1e-3)
+  np.testing.assert_allclose(d[4], 0.0, atol=1e-6)  # no mask: all zero
+
+
+def test_factorized_mask_logits_are_the_product_of_probabilities():
+  rng = np.random.RandomState(0)
+  f = jnp.asarray(rng.randn(2, 3) * 5)
+  m = jnp.asarray(rng.randn(2, 3, 4, 4) * 5)
+  out = evidence_heads.factorized_mask_logits(f, m)
+  want = jax.nn.sigmoid(f)[..., None, None] * jax.nn.sigmoid(m)
+  np.testing.assert_allclose(np.asarray(jax.nn.sigmoid(out)), np.asarray(want), atol=1e-6)
+  g = jax.grad(lambda f, m: jnp.sum(evidence_heads.factorized_mask_logits(f, m)), argnums=(0, 1))(f, m)
+  assert all(np.isfinite(np.asarray(x)).all() for x in g)
+
+
 def test_temporal_shift_hand_computed():
   # 1 video, 3 frames (the last padded), 1x1 grid, 4 channels: channel 0 comes from t-1, channel 1 from t+1.
   x = np.arange(12, dtype=np.float32).reshape(3, 1, 1, 4) + 1.0  # frame f has channels 4f+1 .. 4f+4

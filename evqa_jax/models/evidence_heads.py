@@ -48,15 +48,20 @@ class TemporalHead(nn.Module):
   dtype: Any = jnp.float32
 
   @nn.compact
-  def __call__(self, h_vis, q, g, mask_stats=None):
+  def __call__(self, h_vis, q, g, mask_stats=None, descriptors=None):
     """mask_stats `[b, T, S]` (optional): statistics of the question-conditioned mask logits of each frame
-    (`mask_statistics`); the queried object being visible in a frame is the most direct temporal evidence."""
+    (`mask_statistics`); the queried object being visible in a frame is the most direct temporal evidence.
+    descriptors `[b, T, E]` (optional): what the mask shows in each frame (`frame_descriptors`: silhouette,
+    position, size, motion), added to the MLP and matched against the question by a second bilinear term."""
     d = self.dim
     h = (_dense(d, ("embed", "mlp"), "vis", self.dtype)(_layer_norm("vis_LayerNorm", self.dtype)(h_vis))
          + _dense(d, ("embed", "mlp"), "question", self.dtype)(_layer_norm("q_LayerNorm", self.dtype)(q))[:, None]
          + _dense(d, ("embed", "mlp"), "frame", self.dtype)(_layer_norm("g_LayerNorm", self.dtype)(g)))
     if mask_stats is not None:
       h = h + _dense(d, (None, "mlp"), "mask_stats", self.dtype)(mask_stats.astype(self.dtype))
+    if descriptors is not None:
+      desc = _layer_norm("desc_LayerNorm", self.dtype, axis_name=None)(descriptors.astype(self.dtype))
+      h = h + _dense(d, (None, "mlp"), "descriptors", self.dtype)(desc)
     h = nn.with_logical_constraint(nn.gelu(h), ("batch", "frames", "mlp"))
     # Temporal context: evidence windows are contiguous runs of frames.
     h = h + nn.gelu(nn.Conv(d, (self.kernel_size,), padding="SAME", dtype=self.dtype, name="temporal_conv",
@@ -67,6 +72,10 @@ class TemporalHead(nn.Module):
     qb = _dense(d, ("embed", "mlp"), "bilinear_q", self.dtype)(q)
     gb = _dense(d, ("embed", "mlp"), "bilinear_g", self.dtype)(g)
     logits = logits + jnp.einsum("bd,btd->bt", qb, gb) / jnp.sqrt(jnp.asarray(d, self.dtype))
+    if descriptors is not None:
+      qd = _dense(d, ("embed", "mlp"), "bilinear_q_desc", self.dtype)(q)
+      dd = _dense(d, (None, "mlp"), "bilinear_desc", self.dtype)(desc)
+      logits = logits + jnp.einsum("bd,btd->bt", qd, dd) / jnp.sqrt(jnp.asarray(d, self.dtype))
     if mask_stats is not None:
       # A direct path from "the mask fires in this frame" to "this frame is evidence" (a learned affine map of the
       # frame's largest mask logit), so the temporal head agrees with the segmentation head from the first steps.
@@ -239,6 +248,67 @@ def upsample_logits(grid_logits, out_size):
   return jax.image.resize(grid_logits, shape, method="bilinear")
 
 
+def _centroids(m, grid):
+  """m `[b, T, P]` mask probabilities -> (confident mass `[b, T]`, centroid `[b, T, 2]` (x, y) in grid fractions).
+  Only the confident part (probability > 0.5) counts, so the faint background of a large grid does not pull the
+  centroid towards the centre."""
+  gh, gw = grid
+  ys, xs = jnp.meshgrid(jnp.arange(gh, dtype=jnp.float32), jnp.arange(gw, dtype=jnp.float32), indexing="ij")
+  pos = jnp.stack([xs.reshape(-1), ys.reshape(-1)], axis=-1) / jnp.asarray([gw, gh], jnp.float32)  # [P, 2] in [0,1)
+  confident = m * (m > 0.5)
+  mass = jnp.sum(confident, axis=-1)
+  return mass, jnp.einsum("btp,pc->btc", confident, pos) / (mass[..., None] + 1e-4)
+
+
+def _silhouettes(m, centroid, grid, window: int, radius: float):
+  """m `[b, T, P]`, centroid `[b, T, 2]` -> `[b, T, window^2]`: m sampled bilinearly on a window x window lattice
+  spanning +-radius grid cells around each frame's centroid (row-major, y then x; 0 outside the frame)."""
+  b, t, _ = m.shape
+  gh, gw = grid
+  offsets = jnp.linspace(-radius, radius, window)
+  sy = (centroid[..., 1] * gh)[..., None, None] + offsets[None, None, :, None]  # [b, T, S, 1]
+  sx = (centroid[..., 0] * gw)[..., None, None] + offsets[None, None, None, :]  # [b, T, 1, S]
+  sy, sx = jnp.broadcast_arrays(sy, sx)
+  sample = jax.vmap(lambda img, y, x: jax.scipy.ndimage.map_coordinates(img, [y, x], order=1, mode="constant"))
+  return sample(m.reshape(b * t, gh, gw), sy.reshape(b * t, window, window),
+                sx.reshape(b * t, window, window)).reshape(b, t, window * window)
+
+
+def frame_descriptors(grid_logits, frame_mask, grid, shape_window: int, shape_radius: float):
+  """What the predicted mask shows in each frame, for the temporal head (gradients stopped).
+
+  `[b, T, gh, gw]` mask logits -> `[b, T, S*S + 5]`: the silhouette around the mask's centroid (see
+  `evidence_readout`), the centroid (x, y), the confident area (fraction of the frame) and the centroid's velocity
+  from the previous to the next frame (grid fractions per frame x 30; 0 where a neighbour is padded or has no mask).
+  With these a frame can be matched against "the circle" or "the object that moves left" even when the mask itself
+  fires on whatever object is on screen.
+  """
+  b, t, gh, gw = grid_logits.shape
+  m = jax.lax.stop_gradient(jax.nn.sigmoid(grid_logits.astype(jnp.float32))).reshape(b, t, gh * gw)
+  mass, centroid = _centroids(m, grid)
+  present = (mass >= 1.0) & (frame_mask > 0)  # at least one confident cell
+  prev = jnp.concatenate([centroid[:, :1], centroid[:, :-1]], axis=1)
+  nxt = jnp.concatenate([centroid[:, 1:], centroid[:, -1:]], axis=1)
+  has_prev = jnp.concatenate([jnp.zeros_like(present[:, :1]), present[:, :-1]], axis=1) & present
+  has_next = jnp.concatenate([present[:, 1:], jnp.zeros_like(present[:, :1])], axis=1) & present
+  span = has_prev.astype(jnp.float32) + has_next.astype(jnp.float32)
+  velocity = ((nxt - centroid) * has_next[..., None] + (centroid - prev) * has_prev[..., None]) / jnp.maximum(
+      span, 1.0)[..., None]
+  parts = [centroid * present[..., None], (mass / (gh * gw))[..., None], 30.0 * velocity]
+  if shape_window > 0:
+    parts.insert(0, _silhouettes(m, centroid, grid, shape_window, shape_radius) * present[..., None])
+  return jnp.concatenate(parts, axis=-1)
+
+
+def factorized_mask_logits(frame_logits, mask_logits):
+  """logit(sigmoid(frame) * sigmoid(mask)): a pixel is evidence when its frame is evidence and it belongs to the
+  object there. `[b, T]`, `[b, T, H, W]` -> `[b, T, H, W]`, computed in log space."""
+  lp = jax.nn.log_sigmoid(frame_logits.astype(jnp.float32))[..., None, None] + jax.nn.log_sigmoid(
+      mask_logits.astype(jnp.float32))
+  lp = jnp.minimum(lp, -1e-6)
+  return lp - jnp.log(-jnp.expm1(lp))
+
+
 def readout_dim(feature_dim: int, shape_window: int = 0) -> int:
   """Width of `evidence_readout`'s vector."""
   return feature_dim + 5 + shape_window * shape_window
@@ -270,11 +340,7 @@ def evidence_readout(patch_features, grid_logits, frame_logits, frame_mask, grid
   weights = w_t[..., None] * m
   feat = jnp.einsum("btp,btpd->bd", weights, patch_features) / (jnp.sum(weights, axis=(1, 2))[:, None] + 1e-4)
 
-  ys, xs = jnp.meshgrid(jnp.arange(gh, dtype=jnp.float32), jnp.arange(gw, dtype=jnp.float32), indexing="ij")
-  pos = jnp.stack([xs.reshape(-1), ys.reshape(-1)], axis=-1) / jnp.asarray([gw, gh], jnp.float32)  # [P, 2] in [0,1)
-  confident = m * (m > 0.5)
-  mass = jnp.sum(confident, axis=-1)  # [b, T]
-  centroid = jnp.einsum("btp,pc->btc", confident, pos) / (mass[..., None] + 1e-4)
+  mass, centroid = _centroids(m, grid)
   # Frames count by evidence weight times whether there is a mask at all.
   fw = w_t * jnp.clip(mass, 0.0, 1.0)
   fw_sum = jnp.sum(fw, axis=1, keepdims=True) + 1e-4
@@ -288,15 +354,7 @@ def evidence_readout(patch_features, grid_logits, frame_logits, frame_mask, grid
   # Velocity in grid fractions per frame is ~0.03; scale it to O(1).
   parts = [feat, 30.0 * velocity, c_mean, area[:, None]]
   if shape_window > 0:
-    offsets = jnp.linspace(-shape_radius, shape_radius, shape_window)
-    cx = centroid[..., 0] * gw  # grid cells
-    cy = centroid[..., 1] * gh
-    sy = cy[..., None, None] + offsets[None, None, :, None]  # [b, T, S, 1]
-    sx = cx[..., None, None] + offsets[None, None, None, :]  # [b, T, 1, S]
-    sy, sx = jnp.broadcast_arrays(sy, sx)
-    sample = jax.vmap(lambda img, y, x: jax.scipy.ndimage.map_coordinates(img, [y, x], order=1, mode="constant"))
-    sil = sample(m.reshape(b * t, gh, gw), sy.reshape(b * t, shape_window, shape_window),
-                 sx.reshape(b * t, shape_window, shape_window)).reshape(b, t, -1)
+    sil = _silhouettes(m, centroid, grid, shape_window, shape_radius)
     parts.append(jnp.einsum("bt,bts->bs", fw, sil) / fw_sum)
   return jnp.concatenate(parts, axis=-1)
 

@@ -52,6 +52,10 @@ class EVQAModel(nn.Module):
     temporal_dim, seg_dim, seg_heads, seg_mlp_dim, num_queries, answer_dim: head sizes.
     use_evidence_readout: condition the answer head on the evidence readout (else on zeros).
     shape_window, shape_radius: the readout's silhouette lattice (S x S samples over +-radius grid cells; 0 = none).
+    frame_descriptors: give the temporal head what the mask shows in each frame (`evidence_heads.frame_descriptors`).
+    factorized_masks: mask_logits = logit(p(frame is evidence) * p(pixel is the object)): the segmentation head only
+      has to find the object on screen, the temporal head decides which frames are evidence
+      (`evidence_heads.factorized_mask_logits`). grid_logits stay the segmentation head's own.
     question_heads: attention-pooling heads of the question summary q (`evidence_heads.QuestionPool`).
   """
   encoder: str
@@ -68,6 +72,8 @@ class EVQAModel(nn.Module):
   use_evidence_readout: bool = True
   shape_window: int = 0
   shape_radius: float = 0.0
+  frame_descriptors: bool = False
+  factorized_masks: bool = False
   question_heads: int = 4
   dtype: Any = jnp.float32
 
@@ -115,7 +121,13 @@ class EVQAModel(nn.Module):
     option_hidden = masked_mean(h_txt, batch["option_mask"])
 
     grid_logits, mask_logits = self.seg_head(feats, q, h_vis)
-    frame_logits = self.temporal_head(h_vis, q, pooled, evidence_heads.mask_statistics(grid_logits))
+    descriptors = None
+    if self.frame_descriptors:
+      descriptors = evidence_heads.frame_descriptors(grid_logits, frame_mask, self.vision.grid, self.shape_window,
+                                                     self.shape_radius)
+    frame_logits = self.temporal_head(h_vis, q, pooled, evidence_heads.mask_statistics(grid_logits), descriptors)
+    if self.factorized_masks:
+      mask_logits = evidence_heads.factorized_mask_logits(frame_logits, mask_logits)
     if self.use_evidence_readout:
       evidence = evidence_heads.evidence_readout(feats, grid_logits, frame_logits, frame_mask, self.vision.grid,
                                                  self.shape_window, self.shape_radius)

@@ -280,6 +280,7 @@ class EVQATask(base.Task):
         frame_config=frame_config, image_size=self.frame_size, temporal_dim=mc.temporal_dim, seg_dim=mc.seg_dim,
         seg_heads=mc.seg_heads, seg_mlp_dim=mc.seg_mlp_dim, num_queries=mc.num_queries, answer_dim=mc.answer_dim,
         use_evidence_readout=mc.evidence_readout, shape_window=mc.shape_window, shape_radius=mc.shape_radius,
+        frame_descriptors=mc.frame_descriptors, factorized_masks=mc.factorized_masks,
         question_heads=mc.question_heads, dtype=_DTYPES[mc.dtype])
     self._entries = {}
     self._text_cache = {}
