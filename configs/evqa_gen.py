@@ -2,11 +2,10 @@
 
   python launch/train.py --config=configs/evqa_gen.py:demo --workdir=runs/evqa_gen_demo
 
-Variants (comma separated): demo (synthetic world, conv frame encoder, MiniLM-L6; ~4 CPU minutes), small (tests),
-bf16, no_readout (answer head without the evidence readout). Predictions land in
+Variants (comma separated): demo (synthetic world, conv frame encoder, MiniLM-L6; 200 steps, about 10 minutes on
+2 CPU cores), small (tests), bf16, no_readout (answer head without the evidence readout). Predictions land in
 <workdir>/eval/test_step<N>/{predictions.json, pred_masks/, metrics.json}.
-The demo reaches (2 CPU cores, 240 steps): see README / the E-VQA report table — answer accuracy, t-mean and J&F far
-above the trivial predictions of benchmarks/evqa_trivial_baselines.py.
+What the demo reaches against the trivial predictions of benchmarks/evqa_trivial_baselines.py: README, E-VQA table.
 """
 
 from configs import evqa_common

@@ -90,8 +90,9 @@ def render(records_dir: str, pred_json: str, pred_masks: str, entry_ids: Sequenc
     preds = json.load(f)
   recs = find_records(records_dir, entry_ids)
   n = len(entry_ids)
-  fig = plt.figure(figsize=(1.6 * num_frames, 2.6 * n))
-  grid = fig.add_gridspec(2 * n, num_frames, height_ratios=[4, 1] * n, hspace=0.45, wspace=0.05)
+  fig = plt.figure(figsize=(1.6 * num_frames, 3.0 * n))
+  # Per entry: frames, timeline, and an empty spacer row that keeps the timeline's caption off the next frames.
+  grid = fig.add_gridspec(3 * n, num_frames, height_ratios=[4, 1, 0.9] * n, hspace=0.45, wspace=0.05)
   for row, eid in enumerate(entry_ids):
     ex = recs[eid]
     valid = np.asarray(ex["frame_mask"]).astype(bool)
@@ -104,7 +105,7 @@ def render(records_dir: str, pred_json: str, pred_masks: str, entry_ids: Sequenc
     pred_answer = candidates[letter] if letter is not None and letter < len(candidates) else "-"
     size = np.asarray(ex["frames"]).shape[1:3]
     for col, k in enumerate(positions):
-      ax = fig.add_subplot(grid[2 * row, col])
+      ax = fig.add_subplot(grid[3 * row, col])
       frame_idx = int(ex["frame_indices"][k])
       gt = np.asarray(ex["masks"][k]).astype(bool)
       pm = read_pred_mask(pred_masks, eid, frame_idx, size)
@@ -114,7 +115,7 @@ def render(records_dir: str, pred_json: str, pred_masks: str, entry_ids: Sequenc
       ax.set_title(f"f{frame_idx}" + ("" if pm is None else " *"), fontsize=7)
       if col == 0:
         ax.set_ylabel(eid, fontsize=7)
-    ax = fig.add_subplot(grid[2 * row + 1, :])
+    ax = fig.add_subplot(grid[3 * row + 1, :])
     duration = float(ex["num_video_frames"]) / float(ex["fps"])
     for s, e in gt_segments:
       ax.axvspan(s, e, ymin=0.5, ymax=1.0, color="tab:green", alpha=0.8)

@@ -1,7 +1,8 @@
 """E-VQA model: answer + temporal evidence + spatial evidence from one forward pass.
 
   frames [b, T, H, W, 3] --frame encoder--> patch features [b, T, P, D]
-      (FrameEncoder: small conv net trained from scratch; or ClipFrameEncoder: a CLIP ViT)
+      (FrameEncoder: small conv net trained from scratch, motion-aware through frame differences and a temporal
+       shift; or ClipFrameEncoder: a CLIP ViT)
   pooled per-frame features concat(mean, max) [b, T, 2D] = the visual prefix tokens of the cross-modal encoder
   cross-modal encoder: BertLM (frozen MiniLM/BERT + adapters) over
       [T visual tokens] [CLS] question [SEP] option_1 [SEP] ... option_C [SEP]
@@ -11,14 +12,16 @@
      option_hidden [b, C, H] (mean over each option's tokens)
   segmentation head  -> grid_logits [b, T, gh, gw] -> mask_logits [b, T, H, W] (bilinear upsampling); the patch
                         features are FiLM-conditioned on q, the evidence queries come from q and h_vis
-  temporal head      -> frame_logits [b, T] from h_vis, q, the pooled frame features and the statistics of each
-                        frame's question-conditioned mask logits (is the object asked about visible here?)
+  temporal head      -> frame_logits [b, T] from h_vis, q, the pooled frame features, the statistics of each
+                        frame's question-conditioned mask logits (is the object asked about visible here?) and,
+                        with frame_descriptors, what that mask shows per frame (silhouette, place, size, motion)
+  (factorized_masks)    mask_logits <- logit(sigmoid(frame_logits) * sigmoid(mask_logits))
   answer head        -> answer_logits [b, C]
 
 Option scoring: one pass holds all C options; each option is scored from its own tokens' pooled hidden state (which
 has attended to the video tokens, the question and the other options), conditioned on an evidence readout vector:
-the mask-weighted patch feature of the predicted evidence and the predicted object's motion
-(`evidence_heads.evidence_readout`). One pass instead of C passes costs 1/C of the compute; the readout ties the
+the mask-weighted patch feature of the predicted evidence, the predicted object's motion and (shape_window > 0) its
+silhouette (`evidence_heads.evidence_readout`). One pass instead of C passes costs 1/C of the compute; the readout ties the
 answer to the evidence the model shows, which is the point of E-VQA.
 """
 
