@@ -247,7 +247,7 @@ def write_table(sweep: dict, sweep_name: str, workdir: str) -> dict:
     ax.set_ylabel("accuracy (%)")
     seeds = f", mean ± std over {max(r['n'] for r in rows)} seeds" if multi else ""
     ax.set_title(f"{sweep_name} sweep ({split}{seeds})")
-    ax.legend(ncol=3, fontsize=8)
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
     ax.grid(alpha=0.3)
     png = os.path.join(workdir, f"{sweep_name}.png")
     with io_lib.atomic_path(png) as tmp:
