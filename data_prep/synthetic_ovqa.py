@@ -444,24 +444,19 @@ def ensure_world(world_dir: str, preset: str = "default", graphs: bool = True, v
   """Builds the world of `preset` ("default" or "small") in world_dir unless world_dir/records already holds one;
   with `graphs`, also the answer graphs the verbalizer needs (data_prep.answer_graphs, its default k and hops).
   Returns world_dir/records. Safe when several processes call it at once (a file lock serialises them)."""
-  import fcntl  # pylint: disable=g-import-not-at-top
 
   if preset not in PRESETS:
     raise ValueError(f"unknown synthetic OVQA preset {preset!r} (choose from {sorted(PRESETS)})")
   records_dir = os.path.join(world_dir, "records")
   os.makedirs(world_dir, exist_ok=True)
-  with open(os.path.join(world_dir, ".build.lock"), "a") as lock:
-    fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-    try:
-      if not os.path.exists(os.path.join(records_dir, ovqa.VOCAB_FILE)):
-        if verbose:
-          print(f"building the synthetic OVQA world ({preset}) in {world_dir}")
-        build(world_dir, WorldConfig(**PRESETS[preset]), verbose=verbose)
-      if graphs and not all(os.path.exists(os.path.join(records_dir, f"graph_{s}.npz")) for s in ("train", "test")):
-        from data_prep import answer_graphs  # pylint: disable=g-import-not-at-top
-        answer_graphs.main(["--data", records_dir])
-    finally:
-      fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+  with evqa_io.file_lock(os.path.join(world_dir, ".build.lock")):
+    if not os.path.exists(os.path.join(records_dir, ovqa.VOCAB_FILE)):
+      if verbose:
+        print(f"building the synthetic OVQA world ({preset}) in {world_dir}")
+      build(world_dir, WorldConfig(**PRESETS[preset]), verbose=verbose)
+    if graphs and not all(os.path.exists(os.path.join(records_dir, f"graph_{s}.npz")) for s in ("train", "test")):
+      from data_prep import answer_graphs  # pylint: disable=g-import-not-at-top
+      answer_graphs.main(["--data", records_dir])
   return records_dir
 
 

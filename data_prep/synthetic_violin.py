@@ -291,29 +291,24 @@ def ensure_world(world_dir: str, preset: str = "default", verbose: bool = True) 
   holds a complete one (its statement-type file is written last); returns world_dir/records. Safe when several
   processes call it at once (a file lock serialises them). A world built by another generator version or preset
   raises an error naming the directory to delete (it is never removed here)."""
-  import fcntl  # pylint: disable=g-import-not-at-top
   if preset not in PRESETS:
     raise ValueError(f"unknown synthetic VIOLIN preset {preset!r} (choose from {list(PRESETS)})")
   records_dir = os.path.join(world_dir, "records")
   os.makedirs(world_dir, exist_ok=True)
-  with open(os.path.join(world_dir, ".build.lock"), "a") as lock:
-    fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-    try:
-      if os.path.exists(os.path.join(records_dir, TYPES_FILE)):
-        from evqa_jax.data import records  # pylint: disable=g-import-not-at-top
-        built = records.load_metadata(records_dir).get("synthetic") or {}
-        want = {"version": WORLD_VERSION, "small": preset == "small"}
-        have = {k: built.get(k) for k in want}
-        if have != want:
-          raise ValueError(
-              f"{world_dir} holds a synthetic VIOLIN world built with {have}, not {want} (preset {preset!r}): "
-              f"delete {world_dir} (and runs trained on it) to rebuild it")
-      else:
-        if verbose:
-          print(f"building the synthetic VIOLIN world ({preset}) in {world_dir}", flush=True)
-        generate(world_dir, small=preset == "small", verbose=verbose)
-    finally:
-      fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+  with evqa_io.file_lock(os.path.join(world_dir, ".build.lock")):
+    if os.path.exists(os.path.join(records_dir, TYPES_FILE)):
+      from evqa_jax.data import records  # pylint: disable=g-import-not-at-top
+      built = records.load_metadata(records_dir).get("synthetic") or {}
+      want = {"version": WORLD_VERSION, "small": preset == "small"}
+      have = {k: built.get(k) for k in want}
+      if have != want:
+        raise ValueError(
+            f"{world_dir} holds a synthetic VIOLIN world built with {have}, not {want} (preset {preset!r}): "
+            f"delete {world_dir} (and runs trained on it) to rebuild it")
+    else:
+      if verbose:
+        print(f"building the synthetic VIOLIN world ({preset}) in {world_dir}", flush=True)
+      generate(world_dir, small=preset == "small", verbose=verbose)
   return records_dir
 
 

@@ -31,6 +31,20 @@ def atomic_path(path: str):
     raise
 
 
+@contextlib.contextmanager
+def file_lock(path: str):
+  """Holds an exclusive advisory lock (fcntl.flock) on `path`, created if missing, for the `with` block: several
+  processes building the same world, metadata or cache take turns."""
+  import fcntl  # pylint: disable=g-import-not-at-top  (POSIX only)
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  with open(path, "a") as f:
+    fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+    try:
+      yield
+    finally:
+      fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
 def write_json(path: str, obj, indent: int = 2) -> None:
   with atomic_path(path) as tmp:
     with open(tmp, "w") as f:

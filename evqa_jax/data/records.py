@@ -16,7 +16,6 @@ Writers of different splits may run concurrently in one directory: metadata upda
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import glob
 import json
 import logging
@@ -41,13 +40,8 @@ def shard_name(split: str, index: int, num_shards: int) -> str:
 
 @contextlib.contextmanager
 def _metadata_lock(out_dir: str):
-  os.makedirs(out_dir, exist_ok=True)
-  with open(os.path.join(out_dir, _LOCK_FILE), "a") as f:
-    fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-    try:
-      yield
-    finally:
-      fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+  with evqa_io.file_lock(os.path.join(out_dir, _LOCK_FILE)):
+    yield
 
 
 def load_metadata(out_dir: str) -> dict:

@@ -33,7 +33,7 @@ import pandas as pd
 from PIL import Image
 
 from evqa_jax import io
-from evqa_jax.evaluate import json_safe
+from evqa_jax.evaluate import json_safe, load_json_object
 from evqa_jax.metrics import st_evidence as st
 
 GT_COLUMNS = ("entry_id", "candidates", "answer", "segment")
@@ -70,15 +70,7 @@ def read_gt_csv(path: str) -> list[dict[str, Any]]:
 
 def read_predictions(path: str) -> dict[str, dict[str, Any]]:
   """{entry_id: {"answer": letter or None, "segments": [(s, e)]}} from the prediction JSON."""
-  try:
-    with open(path) as f:
-      raw = json.load(f)
-  except FileNotFoundError:
-    raise FileNotFoundError(f"prediction JSON {path} does not exist") from None
-  except json.JSONDecodeError as e:
-    raise ValueError(f"prediction JSON {path}: not valid JSON ({e})") from None
-  if not isinstance(raw, dict):
-    raise ValueError(f"prediction JSON {path}: expected an object {{entry_id: {{...}}}}, got {type(raw).__name__}")
+  raw = load_json_object(path, "prediction JSON", "{entry_id: {...}}")
   preds = {}
   for entry_id, rec in raw.items():
     where = f"prediction JSON {path} entry {entry_id}"

@@ -30,7 +30,6 @@ kept) to `config.data.max_frames` with a mask.
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import hashlib
 import importlib
 import json
@@ -389,13 +388,9 @@ class ViolinTask(base.Task):
                                                                                            "text_cache")
     os.makedirs(cache_dir, exist_ok=True)
     path = os.path.join(cache_dir, f"{kind}-{key}")
-    with open(os.path.join(cache_dir, ".lock"), "a") as lock:
-      fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-      try:
-        if not (os.path.exists(path + ".npy") and os.path.exists(path + ".json")):
-          self._build_cache(path, texts, kind, key_src)
-      finally:
-        fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+    with io_lib.file_lock(os.path.join(cache_dir, ".lock")):
+      if not (os.path.exists(path + ".npy") and os.path.exists(path + ".json")):
+        self._build_cache(path, texts, kind, key_src)
     self._caches[kind] = TextFeatureCache(path)
     return self._caches[kind]
 
