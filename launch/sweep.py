@@ -25,6 +25,8 @@ flags.DEFINE_list("only", [], "Run only these points of the sweep (names as in g
 flags.DEFINE_list("seeds", [], "Run every point once per seed (config.seed); the table gives mean ± std over them.")
 flags.DEFINE_enum("mode", "local", ["local", "print"], "local: run points one after another; print: print commands.")
 flags.mark_flags_as_required(["config", "sweep", "workdir"])
+flags.register_validator("seeds", lambda v: all(x.strip().lstrip("-").isdigit() for x in v),
+                         message="--seeds must be a comma-separated list of integers, e.g. 42,43,44")
 FLAGS = flags.FLAGS
 
 
