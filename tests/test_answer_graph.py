@@ -42,10 +42,16 @@ def test_knn_by_hand_and_against_brute_force():
   rng = np.random.RandomState(0)
   big = word_vectors.WordVectors([f"w{i}" for i in range(6000)], rng.randn(6000, 16).astype(np.float32))
   q = rng.randn(40, 16).astype(np.float32)
-  idx, sims = word_vectors.cosine_knn(big, q, 7, top_n=5000, batch_size=16)
   ref = (q / np.linalg.norm(q, axis=1, keepdims=True)) @ big.unit[:5000].T
-  np.testing.assert_array_equal(np.sort(idx, 1), np.sort(np.argsort(-ref, axis=1)[:, :7], 1))
-  np.testing.assert_allclose(sims, -np.sort(-ref, axis=1)[:, :7], atol=1e-5)
+  # The chunk-maximum pruning bound is exact for any chunk size: one column per chunk, uneven last chunks, fewer
+  # chunks than neighbours needed (chunk 5000 -> 1 chunk < 7 + 1), more columns than candidates.
+  for chunk in (1, 7, 512, 5000, 10**6):
+    excl = [[int(np.argmax(r))] for r in ref]  # each query's best row is excluded
+    idx, sims = word_vectors.cosine_knn(big, q, 7, exclude=excl, top_n=5000, batch_size=16, chunk=chunk)
+    masked = ref.copy()
+    masked[np.arange(len(q)), [e[0] for e in excl]] = -np.inf
+    np.testing.assert_array_equal(idx, np.argsort(-masked, axis=1, kind="stable")[:, :7], err_msg=f"chunk={chunk}")
+    np.testing.assert_allclose(sims, -np.sort(-masked, axis=1)[:, :7], atol=1e-5)
 
 
 def test_phrase_vectors():

@@ -147,7 +147,8 @@ def cosine_knn(wv: WordVectors,
                exclude: Optional[Sequence[Sequence[int]]] = None,
                min_sim: Optional[float] = None,
                top_n: Optional[int] = None,
-               batch_size: int = 256):
+               batch_size: int = 256,
+               chunk: int = 512):
   """Exact cosine k nearest neighbours of each query among the table's words.
 
   Args:
@@ -158,6 +159,7 @@ def cosine_knn(wv: WordVectors,
     min_sim: drop neighbours whose cosine similarity is below this.
     top_n: only the first `top_n` rows (the most frequent words) are candidates.
     batch_size: queries per matmul block (memory: batch_size x vocab float32).
+    chunk: candidate columns per block maximum in the pruning bound (below); any value gives the same result.
 
   Returns:
     (indices `[q, k]` int64 with -1 where fewer than k neighbours pass, similarities `[q, k]` float32 (-inf there)),
@@ -165,6 +167,8 @@ def cosine_knn(wv: WordVectors,
   """
   if k < 1:
     raise ValueError(f"k must be >= 1, got {k}")
+  if chunk < 1:
+    raise ValueError(f"chunk must be >= 1, got {chunk}")
   queries = np.asarray(queries, np.float32)
   if queries.ndim != 2 or queries.shape[1] != wv.dim:
     raise ValueError(f"queries must be [q, {wv.dim}], got {queries.shape}")
@@ -174,25 +178,40 @@ def cosine_knn(wv: WordVectors,
   n_q = qn.shape[0]
   out_idx = np.full((n_q, k), -1, np.int64)
   out_sim = np.full((n_q, k), -np.inf, np.float32)
+  if n_cand == 0 or n_q == 0:
+    return out_idx, out_sim
   max_excl = max((len(e) for e in exclude), default=0) if exclude is not None else 0
   kk = min(k + max_excl, n_cand)
-  # A row's k-th best similarity over a prefix of the candidates lower-bounds its k-th best overall, so keeping only
-  # the entries at or above it is exact and avoids a full partition of every 400k-wide row.
-  probe = min(n_cand, max(4096, 32 * kk))
-  buf = np.empty((min(batch_size, n_q), n_cand), np.float32)  # reused: fresh 100s-of-MB blocks cost page faults
+  # Pruning bound: split the candidate columns into chunks and take each chunk's maximum. The kk-th largest of those
+  # maxima is the kk-th largest of kk distinct similarities, so it is at or below the row's kk-th best overall: keeping
+  # only entries at or above it is exact. Unlike a prefix probe it stays tight for rare query words (whose neighbours
+  # are rare words too), so few entries pass and no 400k-wide row is ever partitioned or sorted.
+  chunk = min(chunk, n_cand)
+  n_chunks = -(-n_cand // chunk)
+  width = n_chunks * chunk
+  cand_t = np.zeros((wv.dim, width), np.float32)  # padded columns get -inf below
+  cand_t[:, :n_cand] = cand.T
+  kth_chunk = n_chunks - min(kk, n_chunks)
+  buf = np.empty((min(batch_size, n_q), width), np.float32)  # reused: fresh 100s-of-MB blocks cost page faults
   for start in range(0, n_q, batch_size):
     stop = min(start + batch_size, n_q)
-    sims = buf[:stop - start]
-    np.matmul(qn[start:stop], cand.T, out=sims)
-    thresh = np.partition(sims[:, :probe], probe - kk, axis=1)[:, probe - kk]
+    nb = stop - start
+    sims = buf[:nb]
+    np.matmul(qn[start:stop], cand_t, out=sims)
+    sims[:, n_cand:] = -np.inf
+    maxima = sims.reshape(nb, n_chunks, chunk).max(axis=2)
+    if kk <= n_chunks:
+      thresh = np.partition(maxima, kth_chunk, axis=1)[:, kth_chunk]
+    else:  # fewer chunks than needed neighbours: every finite candidate may be needed
+      thresh = np.full((nb,), -np.inf, np.float32)
     if min_sim is not None:
       thresh = np.maximum(thresh, np.float32(min_sim))
-    rows, cols = np.nonzero(sims >= thresh[:, None])
+    rows, cols = np.nonzero(sims[:, :n_cand] >= thresh[:, None])
     vals = sims[rows, cols]
     order = np.lexsort((cols, -vals, rows))
     rows, cols, vals = rows[order], cols[order], vals[order]
-    bounds = np.searchsorted(rows, np.arange(stop - start + 1))
-    for b in range(stop - start):
+    bounds = np.searchsorted(rows, np.arange(nb + 1))
+    for b in range(nb):
       lo, hi = bounds[b], bounds[b + 1]
       c, v = cols[lo:hi], vals[lo:hi]
       if exclude is not None and len(exclude[start + b]):
