@@ -178,8 +178,8 @@ def test_evidence_readout_recovers_motion():
     grid_logits[0, k, 1, k] = 30.0
   feats = np.zeros((b, t, gh * gw, d), np.float32)
   feats[..., 0] = 1.0  # every patch has feature (1, 0, 0)
-  out = evidence_heads.evidence_readout(jnp.asarray(feats), jnp.asarray(grid_logits), jnp.full((b, t), 30.0),
-                                        jnp.ones((b, t)), (gh, gw))
+  geometry = evidence_heads.mask_geometry(jnp.asarray(grid_logits), (gh, gw))
+  out = evidence_heads.evidence_readout(jnp.asarray(feats), geometry, jnp.full((b, t), 30.0), jnp.ones((b, t)))
   out = np.asarray(out)[0]
   np.testing.assert_allclose(out[:3], [1.0, 0.0, 0.0], atol=1e-3)
   np.testing.assert_allclose(out[3:5], [30.0 * 0.25, 0.0], atol=0.03)  # x: 1/4 of the frame per frame
@@ -196,15 +196,15 @@ def test_evidence_readout_silhouette_is_the_mask_around_its_centroid():
     for dr, dc in [(0, 0), (-1, 0), (1, 0), (0, -1), (0, 1)]:
       grid_logits[0, k, r + dr, c + dc] = 30.0
   feats = np.zeros((b, t, gh * gw, 2), np.float32)
-  out = evidence_heads.evidence_readout(jnp.asarray(feats), jnp.asarray(grid_logits), jnp.full((b, t), 30.0),
-                                        jnp.ones((b, t)), (gh, gw), shape_window=3, shape_radius=1.0)
+  geometry = evidence_heads.mask_geometry(jnp.asarray(grid_logits), (gh, gw), shape_window=3, shape_radius=1.0)
+  out = evidence_heads.evidence_readout(jnp.asarray(feats), geometry, jnp.full((b, t), 30.0), jnp.ones((b, t)))
   out = np.asarray(out)[0]
   assert out.shape == (evidence_heads.readout_dim(2, 3),) == (2 + 5 + 9,)
   np.testing.assert_allclose(out[7:].reshape(3, 3), [[0, 1, 0], [1, 1, 1], [0, 1, 0]], atol=1e-3)
   # Half-cell lattice: bilinear samples between cells; a corner sample averages 3 mask cells and 1 background cell.
-  out = np.asarray(evidence_heads.evidence_readout(
-      jnp.asarray(feats[:, :1]), jnp.asarray(grid_logits[:, :1]), jnp.full((b, 1), 30.0), jnp.ones((b, 1)),
-      (gh, gw), shape_window=3, shape_radius=0.5))[0]
+  geometry = evidence_heads.mask_geometry(jnp.asarray(grid_logits[:, :1]), (gh, gw), shape_window=3, shape_radius=0.5)
+  out = np.asarray(evidence_heads.evidence_readout(jnp.asarray(feats[:, :1]), geometry, jnp.full((b, 1), 30.0),
+                                                   jnp.ones((b, 1))))[0]
   np.testing.assert_allclose(out[7:].reshape(3, 3), [[0.75, 1, 0.75], [1, 1, 1], [0.75, 1, 0.75]], atol=1e-3)
 
 
@@ -213,7 +213,8 @@ def test_frame_descriptors_hand_computed():
   grid_logits = np.full((1, 5, 4, 4), -30.0, np.float32)
   for k in range(4):
     grid_logits[0, k, 1, k] = 30.0
-  d = np.asarray(evidence_heads.frame_descriptors(jnp.asarray(grid_logits), jnp.ones((1, 5)), (4, 4), 3, 1.0))[0]
+  geometry = evidence_heads.mask_geometry(jnp.asarray(grid_logits), (4, 4), shape_window=3, shape_radius=1.0)
+  d = np.asarray(evidence_heads.frame_descriptors(geometry, jnp.ones((1, 5)), (4, 4)))[0]
   assert d.shape == (5, 9 + 5)
   np.testing.assert_allclose(d[:4, :9], np.tile([0, 0, 0, 0, 1, 0, 0, 0, 0], (4, 1)), atol=1e-3)  # a lone cell
   np.testing.assert_allclose(d[:4, 9], [0, 0.25, 0.5, 0.75], atol=1e-3)  # centroid x

@@ -15,6 +15,7 @@ from evqa_jax.models.bert import BertConfig
 from evqa_jax.models.violin_baseline import paired_loss, violin_accuracy
 from evqa_jax.models.violin_crossmodal import TRAINABLE_PATTERNS, ViolinCrossModal, pack_statement_subtitles
 from evqa_jax.train import partition
+from scan_training import scan_train
 
 VOCAB, T, FEAT = 40, 5, 12
 TINY = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
@@ -184,19 +185,7 @@ def test_short_training_of_trainable_part_lowers_paired_loss():
     logits = model.apply({"params": partition.merge_params(trainable, frozen)}, batch)
     return paired_loss(logits[:, 0], logits[:, 1]), logits
 
-  @jax.jit
-  def train(trainable):
-    def body(carry, _):
-      trainable, opt_state = carry
-      (loss, logits), grads = jax.value_and_grad(loss_fn, has_aux=True)(trainable)
-      updates, opt_state = tx.update(grads, opt_state, trainable)
-      return (optax.apply_updates(trainable, updates), opt_state), (loss, logits)
-
-    # One compiled scan; no dropout, so entry k is the loss before update k and entry `steps` the final loss.
-    _, (losses, logits) = jax.lax.scan(body, (trainable, tx.init(trainable)), None, length=steps + 1)
-    return losses, logits[-1]
-
-  losses, logits = train(trainable)
+  losses, logits = scan_train(loss_fn, trainable, tx, steps)
   losses = [float(x) for x in losses]
   correct, total = violin_accuracy(logits[:, 0], logits[:, 1])
   assert abs(losses[0] - 2 * np.log(2)) < 0.05   # untrained: p ~ 0.5 for every statement

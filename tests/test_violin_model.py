@@ -12,6 +12,7 @@ import torch
 from evqa_jax.models.lstm import BiLSTM, torch_lstm_to_flax
 from evqa_jax.models.violin_baseline import (ViolinBaseline, masked_dot_attention, middle_frame_index, paired_loss,
                                              params_from_authors_state_dict, violin_accuracy)
+from scan_training import scan_train
 
 TEXT_DIM, FEAT_DIM = 24, 20
 # Tiny widths for the tests that are not about the authors' widths (parity with their model keeps 150/300/768).
@@ -419,21 +420,7 @@ def test_adam_training_separates_a_synthetic_problem():
     logits = model.apply({"params": params}, **batch)
     return paired_loss(logits[:, 0], logits[:, 1]), logits
 
-  @jax.jit
-  def train(params):
-    def body(carry, _):
-      params, opt_state = carry
-      (loss, logits), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
-      updates, opt_state = tx.update(grads, opt_state, params)
-      return (optax.apply_updates(params, updates), opt_state), (loss, logits)
-
-    # All steps in one compiled scan (the LSTMs' backward pass is compiled once); without dropout the training
-    # loss is the evaluation loss of the parameters before each update, so step 0 is the untrained loss and step
-    # STEPS the loss after STEPS updates.
-    _, (losses, logits) = jax.lax.scan(body, (params, tx.init(params)), None, length=STEPS + 1)
-    return losses, logits[-1]
-
-  losses, logits = train(params)
+  losses, logits = scan_train(loss_fn, params, tx, STEPS)
   loss0, loss1 = float(losses[0]), float(losses[-1])
   correct, total = violin_accuracy(logits[:, 0], logits[:, 1])
   assert np.all(np.isfinite(np.asarray(losses)))

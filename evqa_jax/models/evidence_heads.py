@@ -21,7 +21,7 @@ Every parameter carries logical axis names (embed / mlp / heads / kv) and activa
 (batch, frames, length, embed), so the heads shard over a (data, model) mesh by config rules alone.
 """
 
-from typing import Any, Tuple
+from typing import Any, NamedTuple, Optional, Tuple
 
 import flax.linen as nn
 import jax
@@ -274,18 +274,39 @@ def _silhouettes(m, centroid, grid, window: int, radius: float):
                 sx.reshape(b * t, window, window)).reshape(b, t, window * window)
 
 
-def frame_descriptors(grid_logits, frame_mask, grid, shape_window: int, shape_radius: float):
-  """What the predicted mask shows in each frame, for the temporal head (gradients stopped).
+class MaskGeometry(NamedTuple):
+  """The segmentation head's grid mask, summarised per frame (gradients stopped); see `mask_geometry`."""
+  probs: jax.Array  # [b, T, P] float32 mask probabilities
+  mass: jax.Array  # [b, T] confident mass (cells with probability > 0.5, weighted by it)
+  centroid: jax.Array  # [b, T, 2] (x, y) of the confident part, in grid fractions
+  silhouette: Optional[jax.Array]  # [b, T, S*S] the mask around its centroid; None when S = 0
 
-  `[b, T, gh, gw]` mask logits -> `[b, T, S*S + 5]`: the silhouette around the mask's centroid (see
-  `evidence_readout`), the centroid (x, y), the confident area (fraction of the frame) and the centroid's velocity
-  from the previous to the next frame (grid fractions per frame x 30; 0 where a neighbour is padded or has no mask).
-  With these a frame can be matched against "the circle" or "the object that moves left" even when the mask itself
-  fires on whatever object is on screen.
+
+def mask_geometry(grid_logits, grid, shape_window: int = 0, shape_radius: float = 0.0) -> MaskGeometry:
+  """`[b, T, gh, gw]` mask logits -> their `MaskGeometry`, computed once per step and shared by
+  `frame_descriptors` (temporal head) and `evidence_readout` (answer head).
+
+  shape_window: S > 0 adds the silhouette: the mask probabilities sampled (bilinearly) on an S x S lattice spanning
+  +-shape_radius grid cells around each frame's centroid (row-major, y then x; 0 outside the frame).
   """
   b, t, gh, gw = grid_logits.shape
   m = jax.lax.stop_gradient(jax.nn.sigmoid(grid_logits.astype(jnp.float32))).reshape(b, t, gh * gw)
   mass, centroid = _centroids(m, grid)
+  sil = _silhouettes(m, centroid, grid, shape_window, shape_radius) if shape_window > 0 else None
+  return MaskGeometry(m, mass, centroid, sil)
+
+
+def frame_descriptors(geometry: MaskGeometry, frame_mask, grid):
+  """What the predicted mask shows in each frame, for the temporal head (gradients stopped).
+
+  `mask_geometry(...)` -> `[b, T, S*S + 5]`: the silhouette around the mask's centroid (if the geometry has one), the
+  centroid (x, y), the confident area (fraction of the frame) and the centroid's velocity from the previous to the
+  next frame (grid fractions per frame x 30; 0 where a neighbour is padded or has no mask).
+  With these a frame can be matched against "the circle" or "the object that moves left" even when the mask itself
+  fires on whatever object is on screen.
+  """
+  gh, gw = grid
+  mass, centroid = geometry.mass, geometry.centroid
   present = (mass >= 1.0) & (frame_mask > 0)  # at least one confident cell
   prev = jnp.concatenate([centroid[:, :1], centroid[:, :-1]], axis=1)
   nxt = jnp.concatenate([centroid[:, 1:], centroid[:, -1:]], axis=1)
@@ -295,8 +316,8 @@ def frame_descriptors(grid_logits, frame_mask, grid, shape_window: int, shape_ra
   velocity = ((nxt - centroid) * has_next[..., None] + (centroid - prev) * has_prev[..., None]) / jnp.maximum(
       span, 1.0)[..., None]
   parts = [centroid * present[..., None], (mass / (gh * gw))[..., None], 30.0 * velocity]
-  if shape_window > 0:
-    parts.insert(0, _silhouettes(m, centroid, grid, shape_window, shape_radius) * present[..., None])
+  if geometry.silhouette is not None:
+    parts.insert(0, geometry.silhouette * present[..., None])
   return jnp.concatenate(parts, axis=-1)
 
 
@@ -314,18 +335,17 @@ def readout_dim(feature_dim: int, shape_window: int = 0) -> int:
   return feature_dim + 5 + shape_window * shape_window
 
 
-def evidence_readout(patch_features, grid_logits, frame_logits, frame_mask, grid, shape_window: int = 0,
-                     shape_radius: float = 0.0):
+def evidence_readout(patch_features, geometry: MaskGeometry, frame_logits, frame_mask):
   """What the predicted evidence looks like, how it moves and what shape it has, for the answer head.
 
   Weights are the predicted evidence itself (sigmoid of the temporal and mask logits, gradients stopped: the
   evidence heads are trained by their own losses, the answer loss only shapes the features read out).
   Args:
-    patch_features `[b, T, P, D]`, grid_logits `[b, T, gh, gw]`, frame_logits `[b, T]`, frame_mask `[b, T]`.
-    shape_window: S > 0 adds the silhouette: the predicted mask probabilities sampled (bilinearly) on an S x S
-      lattice spanning +-shape_radius grid cells around each frame's mask centroid, averaged over evidence frames.
-      The mask is trained on pixels, so its outline is the most direct shape evidence there is ("what shape is the
-      red object?"), independent of where the object is.
+    patch_features `[b, T, P, D]`, geometry: `mask_geometry` of the grid mask logits `[b, T, gh, gw]`,
+    frame_logits `[b, T]`, frame_mask `[b, T]`.
+    If the geometry has a silhouette (shape_window S > 0) it is averaged over evidence frames and appended. The mask
+    is trained on pixels, so its outline is the most direct shape evidence there is ("what shape is the red
+    object?"), independent of where the object is.
   Returns:
     `[b, readout_dim(D, S)]`: mask-weighted mean patch feature over evidence frames, the mask centroid's velocity
     (grid fractions per frame x 30, x and y, from a weighted least-squares line over frames), the mean centroid
@@ -333,14 +353,12 @@ def evidence_readout(patch_features, grid_logits, frame_logits, frame_mask, grid
     Centroids and areas use the confident part of the mask (probability > 0.5), so the faint background of a
     large grid does not pull them towards the centre.
   """
-  b, t, p, dim = patch_features.shape
-  gh, gw = grid
-  w_t = jax.lax.stop_gradient(jax.nn.sigmoid(frame_logits)) * (frame_mask > 0)
-  m = jax.lax.stop_gradient(jax.nn.sigmoid(grid_logits)).reshape(b, t, p)
-  weights = w_t[..., None] * m
+  _, t, p, _ = patch_features.shape
+  w_t = jax.lax.stop_gradient(jax.nn.sigmoid(frame_logits.astype(jnp.float32))) * (frame_mask > 0)
+  mass, centroid = geometry.mass, geometry.centroid
+  weights = w_t[..., None] * geometry.probs
   feat = jnp.einsum("btp,btpd->bd", weights, patch_features) / (jnp.sum(weights, axis=(1, 2))[:, None] + 1e-4)
 
-  mass, centroid = _centroids(m, grid)
   # Frames count by evidence weight times whether there is a mask at all.
   fw = w_t * jnp.clip(mass, 0.0, 1.0)
   fw_sum = jnp.sum(fw, axis=1, keepdims=True) + 1e-4
@@ -353,9 +371,8 @@ def evidence_readout(patch_features, grid_logits, frame_logits, frame_mask, grid
   area = jnp.sum(fw * mass, axis=1) / fw_sum[:, 0] / p
   # Velocity in grid fractions per frame is ~0.03; scale it to O(1).
   parts = [feat, 30.0 * velocity, c_mean, area[:, None]]
-  if shape_window > 0:
-    sil = _silhouettes(m, centroid, grid, shape_window, shape_radius)
-    parts.append(jnp.einsum("bt,bts->bs", fw, sil) / fw_sum)
+  if geometry.silhouette is not None:
+    parts.append(jnp.einsum("bt,bts->bs", fw, geometry.silhouette) / fw_sum)
   return jnp.concatenate(parts, axis=-1)
 
 

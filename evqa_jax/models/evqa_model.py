@@ -124,16 +124,15 @@ class EVQAModel(nn.Module):
     option_hidden = masked_mean(h_txt, batch["option_mask"])
 
     grid_logits, mask_logits = self.seg_head(feats, q, h_vis)
+    geometry = evidence_heads.mask_geometry(grid_logits, self.vision.grid, self.shape_window, self.shape_radius)
     descriptors = None
     if self.frame_descriptors:
-      descriptors = evidence_heads.frame_descriptors(grid_logits, frame_mask, self.vision.grid, self.shape_window,
-                                                     self.shape_radius)
+      descriptors = evidence_heads.frame_descriptors(geometry, frame_mask, self.vision.grid)
     frame_logits = self.temporal_head(h_vis, q, pooled, evidence_heads.mask_statistics(grid_logits), descriptors)
     if self.factorized_masks:
       mask_logits = evidence_heads.factorized_mask_logits(frame_logits, mask_logits)
     if self.use_evidence_readout:
-      evidence = evidence_heads.evidence_readout(feats, grid_logits, frame_logits, frame_mask, self.vision.grid,
-                                                 self.shape_window, self.shape_radius)
+      evidence = evidence_heads.evidence_readout(feats, geometry, frame_logits, frame_mask)
     else:
       evidence = jnp.zeros((feats.shape[0], evidence_heads.readout_dim(feats.shape[-1], self.shape_window)),
                            feats.dtype)
