@@ -6,6 +6,8 @@
       --reuse=runs/eps_sweep   # points with exactly the config of a finished run there are copied, not retrained
   python launch/sweep.py --config=configs/ovqa_msrvtt.py:demo --sweep=eps --workdir=runs/eps_seeds \
       --only=eps_1.0,eps_0.7 --seeds=42,43,44   # mean ± std over seeds for two points
+  python launch/sweep.py --config=configs/ovqa_msrvtt.py:demo --sweep=eps --workdir=runs/eps_4ep \
+      --config.total_epochs=4   # train.py's --config.* overrides (and anything after --) go to every point
 Finished points are not rerun; the table (CSV + Markdown) and plot (PNG) land in --workdir.
 """
 
@@ -30,11 +32,39 @@ flags.register_validator("seeds", lambda v: all(x.strip().lstrip("-").isdigit() 
 FLAGS = flags.FLAGS
 
 
+def split_point_overrides(argv):
+  """argv -> (this script's argv, train.py's `--config.key[=value]` overrides for every point).
+
+  absl would reject `--config.key=value` here as an unknown flag; it is a train.py config override, so it is passed
+  through to each point as if written after `--`."""
+  own, point = [], []
+  i = 0
+  while i < len(argv):
+    arg = argv[i]
+    if arg == "--":
+      own.extend(argv[i:])
+      break
+    if arg.startswith("--config."):
+      point.append(arg)
+      if "=" not in arg and i + 1 < len(argv):
+        point.append(argv[i + 1])
+        i += 1
+    else:
+      own.append(arg)
+    i += 1
+  return own, point
+
+
+_POINT_OVERRIDES = []
+
+
 def main(argv):
   from evqa_jax.train import sweep
-  sweep.run_sweep(FLAGS.config, FLAGS.sweep, FLAGS.workdir, mode=FLAGS.mode, extra_args=argv[1:],
+  sweep.run_sweep(FLAGS.config, FLAGS.sweep, FLAGS.workdir, mode=FLAGS.mode,
+                  extra_args=_POINT_OVERRIDES + argv[1:],
                   reuse_dirs=FLAGS.reuse, only=FLAGS.only, seeds=[int(x) for x in FLAGS.seeds])
 
 
 if __name__ == "__main__":
-  app.run(main)
+  _argv, _POINT_OVERRIDES[:] = split_point_overrides(sys.argv)
+  app.run(main, argv=_argv)

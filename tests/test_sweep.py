@@ -131,6 +131,20 @@ def test_print_mode_prints_one_command_per_point(tmp_path, config_path, capsys):
   assert f"--workdir={tmp_path / 'p' / 'eps_0.7'}" in lines[1]
 
 
+def test_command_line_config_overrides_reach_every_point(tmp_path, config_path):
+  """`--config.key=value` on launch/sweep.py is a train.py override for every point (no `--` needed)."""
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  proc = subprocess.run([sys.executable, os.path.join(root, "launch", "sweep.py"), f"--config={config_path}",
+                         "--sweep=eps", f"--workdir={tmp_path / 'p'}", "--mode=print", "--config.seed=7",
+                         "--config.tag", "x y", "--", "--config.verbalizer.variant=D"],
+                        capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  lines = proc.stdout.strip().splitlines()
+  assert len(lines) == 3
+  for line in lines:
+    assert line.endswith("--config.seed=7 --config.tag 'x y' --config.verbalizer.variant=D"), line
+
+
 def test_missing_point_and_bad_override_are_named(tmp_path, config_path):
   module = sweep_lib.load_config_module(config_path)
   with pytest.raises(KeyError, match="verbalizer.nope"):
