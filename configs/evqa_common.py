@@ -65,6 +65,9 @@ def evqa_config(mode: str, arg, config_file: str) -> ml_collections.ConfigDict:
       # p(frame is evidence) x p(pixel is the object): see evqa_jax/models/evqa_model.py.
       frame_descriptors=False, factorized_masks=False,
       question_heads=4,  # attention-pooling heads of the question summary that conditions the evidence heads
+      # "joint": one LayerNorm over the answer head's evidence readout; "grouped": feature and silhouette normalised
+      # apart, velocity / centroid / area passed as they are (evidence_heads.AnswerHead)
+      evidence_norm="joint",
       trainable=("visual_proj", "adapter", "LayerNorm", "question_pool", "temporal_head", "seg_head",
                  "answer_head")))
 

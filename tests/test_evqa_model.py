@@ -351,3 +351,39 @@ def test_model_shapes_and_losses_decrease():
   _, last = loss_fn(params)
   for a, b in zip(first, last):
     assert float(b) < 0.7 * float(a), (first, last)
+
+
+def test_grouped_evidence_norm_normalises_feature_and_silhouette_apart_and_passes_geometry():
+  rng = np.random.RandomState(0)
+  d, s2 = 6, 9
+  h = jnp.asarray(rng.randn(2, 3, 8), jnp.float32)
+  valid = jnp.ones((2, 3))
+  e = rng.randn(2, d + 5 + s2).astype(np.float32)
+  grouped = evidence_heads.AnswerHead(16, evidence_norm="grouped", feature_dim=d)
+  params = grouped.init(jax.random.key(0), h, jnp.asarray(e), valid)
+  names = set(nn.meta.unbox(params)["params"])
+  assert {"evidence_feature_LayerNorm", "evidence_shape_LayerNorm"} <= names and "evidence_LayerNorm" not in names
+
+  def logits(x, model=grouped, p=params):
+    return np.asarray(model.apply(p, h, jnp.asarray(x), valid))
+
+  rescaled = e.copy()
+  rescaled[:, :d] = 10 * e[:, :d] + 3  # each LayerNorm'd group is invariant to its own scale and shift
+  rescaled[:, d + 5:] = 0.2 * e[:, d + 5:] - 1
+  np.testing.assert_allclose(logits(rescaled), logits(e), atol=1e-4)
+  moved = e.copy()
+  moved[:, d] += 7.5  # x velocity: passes as it is, so its effect does not depend on the other groups' scale
+  moved_rescaled = rescaled.copy()
+  moved_rescaled[:, d] += 7.5
+  effect = logits(moved) - logits(e)
+  assert np.abs(effect).max() > 1e-3
+  np.testing.assert_allclose(logits(moved_rescaled) - logits(rescaled), effect, atol=1e-4)
+  # One joint LayerNorm: the same velocity step counts for less when the feature values are larger.
+  joint = evidence_heads.AnswerHead(16)
+  pj = joint.init(jax.random.key(0), h, jnp.asarray(e), valid)
+  assert not np.allclose(logits(moved_rescaled, joint, pj) - logits(rescaled, joint, pj),
+                         logits(moved, joint, pj) - logits(e, joint, pj), atol=1e-3)
+  with pytest.raises(ValueError, match="evidence_norm"):
+    evidence_heads.AnswerHead(16, evidence_norm="grouped").init(jax.random.key(0), h, jnp.asarray(e), valid)
+  with pytest.raises(ValueError, match="config.model.evidence_norm"):
+    evidence_heads.AnswerHead(16, evidence_norm="per_group").init(jax.random.key(0), h, jnp.asarray(e), valid)

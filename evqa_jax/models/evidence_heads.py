@@ -380,15 +380,39 @@ class AnswerHead(nn.Module):
   """(option hidden `[b, C, H]`, evidence readout `[b, E]`, option_valid `[b, C]`) -> logits `[b, C]`.
 
   logit_c = w . gelu(A h_c + B e) + <U h_c, V e> / sqrt(d); padded options get a large negative logit.
+
+  evidence_norm: how the readout e is normalised first.
+    "joint": one LayerNorm over the whole vector.
+    "grouped" (needs feature_dim): the layout of `evidence_readout` is used. The mean patch feature (feature_dim
+      values) and the silhouette (the rest after the 5 geometry values) each get their own LayerNorm. Velocity,
+      centroid and area pass through as they are: they are O(1) by construction, and a LayerNorm shared with 100+
+      other values would shrink the two velocity numbers among them.
   """
   dim: int = 128
+  evidence_norm: str = "joint"
+  feature_dim: int = 0
   dtype: Any = jnp.float32
+
+  def _normalize_evidence(self, evidence):
+    if self.evidence_norm == "joint":
+      return _layer_norm("evidence_LayerNorm", self.dtype, axis_name=None)(evidence)
+    if self.evidence_norm != "grouped":
+      raise ValueError(f"config.model.evidence_norm = {self.evidence_norm!r}: expected 'joint' or 'grouped'")
+    d = self.feature_dim
+    if not (0 < d and d + 5 <= evidence.shape[-1]):
+      raise ValueError(f"evidence_norm='grouped' needs 0 < feature_dim and feature_dim + 5 <= the readout width "
+                       f"{evidence.shape[-1]}, got feature_dim={d}")
+    parts = [_layer_norm("evidence_feature_LayerNorm", self.dtype, axis_name=None)(evidence[..., :d]),
+             evidence[..., d:d + 5].astype(self.dtype)]
+    if evidence.shape[-1] > d + 5:
+      parts.append(_layer_norm("evidence_shape_LayerNorm", self.dtype, axis_name=None)(evidence[..., d + 5:]))
+    return jnp.concatenate(parts, axis=-1)
 
   @nn.compact
   def __call__(self, option_hidden, evidence, option_valid):
     d = self.dim
     h = _layer_norm("option_LayerNorm", self.dtype)(option_hidden)
-    e = _layer_norm("evidence_LayerNorm", self.dtype, axis_name=None)(evidence)
+    e = self._normalize_evidence(evidence)
     x = (_dense(d, ("embed", "mlp"), "option", self.dtype)(h)
          + _dense(d, (None, "mlp"), "evidence", self.dtype)(e)[:, None])
     logits = _dense(1, ("mlp", None), "out", self.dtype)(nn.gelu(x))[..., 0]

@@ -60,6 +60,7 @@ class EVQAModel(nn.Module):
       has to find the object on screen, the temporal head decides which frames are evidence
       (`evidence_heads.factorized_mask_logits`). grid_logits stay the segmentation head's own.
     question_heads: attention-pooling heads of the question summary q (`evidence_heads.QuestionPool`).
+    evidence_norm: "joint" (one LayerNorm over the readout) or "grouped" (`evidence_heads.AnswerHead`).
   """
   encoder: str
   encoder_config: Any
@@ -78,6 +79,7 @@ class EVQAModel(nn.Module):
   frame_descriptors: bool = False
   factorized_masks: bool = False
   question_heads: int = 4
+  evidence_norm: str = "joint"
   dtype: Any = jnp.float32
 
   def setup(self):
@@ -99,7 +101,9 @@ class EVQAModel(nn.Module):
     self.seg_head = evidence_heads.SegmentationHead(
         grid=self.vision.grid, out_size=tuple(self.image_size), dim=self.seg_dim, num_heads=self.seg_heads,
         mlp_dim=self.seg_mlp_dim, num_queries=self.num_queries, dtype=self.dtype, name="seg_head")
-    self.answer_head = evidence_heads.AnswerHead(self.answer_dim, dtype=self.dtype, name="answer_head")
+    self.answer_head = evidence_heads.AnswerHead(
+        self.answer_dim, evidence_norm=self.evidence_norm,
+        feature_dim=frame_feature_dim(self.frame_encoder, self.frame_config), dtype=self.dtype, name="answer_head")
 
   def __call__(self, batch, deterministic: bool = True):
     """batch: frames [b, T, H, W, 3] uint8, frame_mask [b, T], input_ids / attention_mask / token_type_ids /

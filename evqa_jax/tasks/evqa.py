@@ -281,6 +281,7 @@ class EVQATask(base.Task):
         seg_heads=mc.seg_heads, seg_mlp_dim=mc.seg_mlp_dim, num_queries=mc.num_queries, answer_dim=mc.answer_dim,
         use_evidence_readout=mc.evidence_readout, shape_window=mc.shape_window, shape_radius=mc.shape_radius,
         frame_descriptors=mc.frame_descriptors, factorized_masks=mc.factorized_masks,
+        evidence_norm=mc.evidence_norm,
         question_heads=mc.question_heads, dtype=_DTYPES[mc.dtype])
     self._entries = {}
     self._text_cache = {}
