@@ -46,7 +46,7 @@ def split_point_overrides(argv):
       break
     if arg.startswith("--config."):
       point.append(arg)
-      if "=" not in arg and i + 1 < len(argv):
+      if "=" not in arg and i + 1 < len(argv) and not argv[i + 1].startswith("--"):  # `--config.key value`
         point.append(argv[i + 1])
         i += 1
     else:

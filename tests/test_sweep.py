@@ -143,6 +143,12 @@ def test_command_line_config_overrides_reach_every_point(tmp_path, config_path):
   assert len(lines) == 3
   for line in lines:
     assert line.endswith("--config.seed=7 --config.tag 'x y' --config.verbalizer.variant=D"), line
+  # A value-less `--config.flag` (a boolean) does not swallow the next flag. (In a subprocess: importing
+  # launch/sweep.py defines absl flags process-wide.)
+  code = ("import sys; sys.path.insert(0, 'launch'); import sweep; "
+          "print(sweep.split_point_overrides(['s.py', '--config.x.flag', '--sweep=eps', '--config.y', '3']))")
+  out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120)
+  assert out.stdout.strip() == "(['s.py', '--sweep=eps'], ['--config.x.flag', '--config.y', '3'])", out.stderr[-2000:]
 
 
 def test_missing_point_and_bad_override_are_named(tmp_path, config_path):
