@@ -1,0 +1,112 @@
+"""Behaviour fingerprint: train a fixed list of short, deterministic runs and compare their logs to another set.
+
+  python launch/behaviour_check.py --out=runs/fingerprint_after            # train every run of RUNS into OUT
+  python launch/behaviour_check.py --compare runs/fingerprint_before runs/fingerprint_after
+
+A refactor that claims "behaviour unchanged" runs this before and after: every run's `final_metrics.json` and
+`train_history.jsonl` must be equal to every digit (CPU runs are deterministic). Timing fields (wall clock, steps/s)
+are dropped before comparing. Exit status 0 when equal, 1 when anything differs (each difference is printed).
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# name -> launch/train.py arguments. The first OVQA demo point is the README main command's (the heads sweep's CVQA
+# point), cut to a few steps.
+RUNS = {
+    "ovqa_small": ["--config=configs/ovqa_msrvtt.py:demo,small"],
+    "ovqa_small_baseline": ["--config=configs/ovqa_msrvtt.py:demo,small,baseline"],
+    "ovqa_small_cvqa": ["--config=configs/ovqa_msrvtt.py:demo,small,cvqa"],
+    "violin_small": ["--config=configs/violin.py:small"],
+    "evqa_small": ["--config=configs/evqa_gen.py:small"],
+    "ovqa_demo_heads_cvqa_8steps": ["--config=configs/ovqa_msrvtt.py:demo", "--config.model.head=cvqa",
+                                    "--config.verbalizer.variant=A", "--config.total_epochs=None",
+                                    "--config.total_steps=8", "--config.checkpoint_every_epochs=None",
+                                    "--config.checkpoint_every_steps=8", "--config.log_every_steps=2"],
+}
+
+# Keys whose values are wall-clock measurements, not results.
+_TIMING_KEYS = {"steps_per_sec", "wall_s", "time", "elapsed_s", "eta_s", "examples_per_sec", "compile_s",
+                "train_s", "eval_s", "timestamp"}
+
+
+def _strip(obj):
+  if isinstance(obj, dict):
+    return {k: _strip(v) for k, v in obj.items() if k not in _TIMING_KEYS and not k.endswith("_sec")
+            and not k.endswith("_time")}
+  if isinstance(obj, list):
+    return [_strip(v) for v in obj]
+  return obj
+
+
+def _load(run_dir):
+  with open(os.path.join(run_dir, "final_metrics.json")) as f:
+    final = _strip(json.load(f))
+  with open(os.path.join(run_dir, "train_history.jsonl")) as f:
+    history = [_strip(json.loads(line)) for line in f if line.strip()]
+  return final, history
+
+
+def _diff(a, b, path=""):
+  if isinstance(a, dict) and isinstance(b, dict):
+    for k in sorted(set(a) | set(b)):
+      if k not in a or k not in b:
+        yield f"{path}/{k}: only in {'after' if k in b else 'before'}"
+      else:
+        yield from _diff(a[k], b[k], f"{path}/{k}")
+  elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+    for i, (x, y) in enumerate(zip(a, b)):
+      yield from _diff(x, y, f"{path}[{i}]")
+  elif a != b:
+    yield f"{path}: {a!r} != {b!r}"
+
+
+def compare(before: str, after: str) -> int:
+  bad = 0
+  for name in RUNS:
+    a, b = os.path.join(before, name), os.path.join(after, name)
+    if not (os.path.isdir(a) and os.path.isdir(b)):
+      print(f"{name}: missing in {'before' if not os.path.isdir(a) else 'after'}")
+      bad += 1
+      continue
+    diffs = list(_diff(_load(a), _load(b)))
+    print(f"{name}: {'equal' if not diffs else f'{len(diffs)} differences'}")
+    for d in diffs[:20]:
+      print("   ", d)
+    bad += bool(diffs)
+  return 1 if bad else 0
+
+
+def train_all(out: str, only) -> None:
+  for name, args in RUNS.items():
+    if only and name not in only:
+      continue
+    workdir = os.path.join(out, name)
+    if os.path.exists(os.path.join(workdir, "final_metrics.json")):
+      print(f"{name}: done already ({workdir})")
+      continue
+    cmd = [sys.executable, os.path.join(ROOT, "launch", "train.py"), *args, f"--workdir={workdir}"]
+    print("+", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True, cwd=ROOT)
+
+
+def main():
+  p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("--out", help="train every run into this directory")
+  p.add_argument("--only", nargs="*", help="names of RUNS to train (default: all)")
+  p.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"))
+  a = p.parse_args()
+  if a.compare:
+    sys.exit(compare(*a.compare))
+  if not a.out:
+    p.error("give --out DIR or --compare BEFORE AFTER")
+  train_all(os.path.abspath(a.out), a.only)
+
+
+if __name__ == "__main__":
+  main()
