@@ -13,7 +13,7 @@ Two models, each built once with the SAME weights on both sides:
 The head is the open-vocabulary one: [MASK] feature . mean frozen word embeddings of each answer's <= 5 sub-words
 (`--answers` answers padded to a multiple of 64, as the demo config pads), softmax cross-entropy.
 
-JAX side: `evqa_jax.train.trainer.StepFns` (the jitted `train_step` the trainer runs: gradients for the trainable
+JAX side: `evqa_jax.train.steps.StepFns` (the jitted `train_step` the trainer runs: gradients for the trainable
 subtree only, Adam state only for it, donated state; `eval_step` = predict = top-5) with the OVQA task's own
 `loss` / `predict` / `_logits` (evqa_jax.tasks.ovqa.OVQATask), dropout on in training.
 PyTorch side: `BertForMaskedLM` / `DebertaV2ForMaskedLM` (transformers, default attention implementation) +
@@ -311,7 +311,8 @@ def build_jax(model: str, args, config, hf_dir: str, batch, aux):
   import jax.numpy as jnp
   from evqa_jax.models import encoders
   from evqa_jax.models.ovqa_model import OVQAModel
-  from evqa_jax.train import partition, sharding, trainer
+  from evqa_jax.train import partition, sharding
+  from evqa_jax.train import steps as steps_lib
 
   encoder = "bert" if model == "minilm" else "deberta_v2"
   overrides = dict(num_visual_tokens=args.frames, visual_dim=args.visual_dim, use_adapters=True,
@@ -325,19 +326,19 @@ def build_jax(model: str, args, config, hf_dir: str, batch, aux):
   mesh = sharding.make_mesh(config.mesh_shape, config.mesh_axes)
   rules = config.logical_axis_rules
   tx, _ = partition.make_optimizer(config.optim, TOTAL_STEPS)
-  state, state_shardings = trainer.create_state(task, config, mesh, tx)
+  state, state_shardings = steps_lib.create_state(task, config, mesh, tx)
   # Pretrained/shared weights through the real importer; adapters / visual_proj / (DeBERTa) positions from init.
-  state = trainer.load_pretrained_into(state, _Loader(encoder, enc_cfg, hf_dir, task.trainable_patterns),
-                                       state_shardings)
+  state = steps_lib.load_pretrained_into(state, _Loader(encoder, enc_cfg, hf_dir, task.trainable_patterns),
+                                         state_shardings)
   batch_shard = sharding.batch_sharding(mesh, rules)
-  aux_shardings = trainer.aux_shardings_for(task, mesh, rules, aux)
-  steps = trainer.StepFns(task, tx, mesh, rules, state_shardings, batch_shard, aux_shardings)
+  aux_shardings = steps_lib.aux_shardings_for(task, mesh, rules, aux)
+  steps = steps_lib.StepFns(task, tx, mesh, rules, state_shardings, batch_shard, aux_shardings)
   return dict(steps=steps, state=state, batch=sharding.global_batch(batch, batch_shard),
               aux=sharding.host_to_global(aux, aux_shardings), task=task, mesh=mesh, partition=partition)
 
 
 class _Loader:
-  """What `trainer.load_pretrained_into` needs of a task: the LM weights through the encoder's importer."""
+  """What `steps.load_pretrained_into` needs of a task: the LM weights through the encoder's importer."""
 
   def __init__(self, encoder, enc_cfg, hf_dir, trainable_patterns):
     self.encoder, self.enc_cfg, self.hf_dir = encoder, enc_cfg, hf_dir

@@ -1,4 +1,4 @@
-"""Train-step throughput of each task's real jitted step (trainer.StepFns) on this host; prints one JSON line.
+"""Train-step throughput of each task's real jitted step (steps.StepFns) on this host; prints one JSON line.
 
     python benchmarks/train_throughput.py                         # every task with a config, demo shapes
     python benchmarks/train_throughput.py --tasks=ovqa --shapes=paper --batch=2 --steps=2
@@ -66,7 +66,8 @@ class Bench:
     import jax
     from evqa_jax import tasks as tasks_lib
     from evqa_jax.data import pipeline
-    from evqa_jax.train import partition, sharding, trainer
+    from evqa_jax.train import partition, sharding
+    from evqa_jax.train import steps as steps_lib
     self.config = config
     self.task = tasks_lib.build_task(config)
     self.mesh = sharding.make_mesh(config.mesh_shape, config.mesh_axes)
@@ -74,13 +75,13 @@ class Bench:
     self.batch_shard = sharding.batch_sharding(self.mesh, rules)
     self.tx, _ = partition.make_optimizer(config.optim, 1000)
     t0 = time.perf_counter()
-    self.state, shardings = trainer.create_state(self.task, config, self.mesh, self.tx)
+    self.state, shardings = steps_lib.create_state(self.task, config, self.mesh, self.tx)
     jax.block_until_ready(self.state)
     self.init_s = time.perf_counter() - t0
     aux = self.task.aux_inputs(config.data.train_split)
-    aux_shardings = trainer.aux_shardings_for(self.task, self.mesh, rules, aux)
+    aux_shardings = steps_lib.aux_shardings_for(self.task, self.mesh, rules, aux)
     self.aux = sharding.host_to_global(aux, aux_shardings)
-    self.steps = trainer.StepFns(self.task, self.tx, self.mesh, rules, shardings, self.batch_shard, aux_shardings)
+    self.steps = steps_lib.StepFns(self.task, self.tx, self.mesh, rules, shardings, self.batch_shard, aux_shardings)
     self.source = self.task.source(config.data.train_split)
     loader = pipeline.make_train_loader(self.source, global_batch_size=config.batch_size,
                                         transform=lambda ex: self.task.preprocess(ex, train=True), seed=0)

@@ -45,7 +45,7 @@ def _history(workdir):
 
 
 def _params(workdir, step=None):
-  from evqa_jax.train.trainer import load_checkpoint_arrays
+  from evqa_jax.train.checkpointing import load_checkpoint_arrays
   got_step, state = load_checkpoint_arrays(workdir, step)
   return got_step, state
 

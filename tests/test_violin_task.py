@@ -27,7 +27,7 @@ from configs import violin as violin_config  # noqa: E402
 from evqa_jax.data import pipeline  # noqa: E402
 from evqa_jax.evaluate import violin as violin_cli  # noqa: E402
 from evqa_jax.tasks import violin as violin_task  # noqa: E402
-from evqa_jax.train import partition, sharding, train_and_evaluate, trainer  # noqa: E402
+from evqa_jax.train import partition, sharding, steps as steps_lib, train_and_evaluate  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -98,7 +98,7 @@ def initial_params(task, straight_run):
   c = _config(task.config.data.dir, mesh_shape=MESH)
   mesh = sharding.make_mesh(c.mesh_shape, c.mesh_axes)
   tx, _ = partition.make_optimizer(c.optim, c.total_steps)
-  state, _ = trainer.create_state(task, c, mesh, tx)
+  state, _ = steps_lib.create_state(task, c, mesh, tx)
   params = jax.tree.map(np.asarray, partition.merge_params(state["trainable"], state["frozen"]))
   return task.load_pretrained(params)
 

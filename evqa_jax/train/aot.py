@@ -7,7 +7,7 @@ weights, and report its memory use and FLOPs.
 Inputs are jax.ShapeDtypeStructs carrying the shardings the trainer would use: the train state comes from
 `jax.eval_shape(task.init_params)` (no parameter is created), the batch shapes from the task's preprocessing of one
 record (`config.batch_size` rows), the aux inputs (answer vocabulary, graphs) from the task. The compiled function is
-the trainer's own train step (`trainer.StepFns`), so what compiles here is what a run executes.
+the trainer's own train step (`steps.StepFns`), so what compiles here is what a run executes.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ import jax
 import numpy as np
 
 from evqa_jax import tasks as tasks_lib
-from evqa_jax.train import partition, sharding, trainer
+from evqa_jax.train import partition, sharding
+from evqa_jax.train import steps as steps_lib
 
 
 def topology_devices(topology: str, platform: str = "tpu"):
@@ -76,15 +77,15 @@ def compile_train_step(config, mesh_shape=None, devices=None, topology: str | No
   rules = config.logical_axis_rules
   task = tasks_lib.build_task(config)
   tx, _ = partition.make_optimizer(config.optim, total_steps=1000)
-  state = trainer.abstract_train_state(task, config, mesh, tx)
+  state = steps_lib.abstract_train_state(task, config, mesh, tx)
   state_shardings = jax.tree.map(lambda x: x.sharding, state)
   batch_shard = sharding.batch_sharding(mesh, rules)
   batch = _batch_struct(task, config, batch_shard)
   aux_np = task.aux_inputs(config.data.train_split)
-  aux_shardings = trainer.aux_shardings_for(task, mesh, rules, aux_np)
+  aux_shardings = steps_lib.aux_shardings_for(task, mesh, rules, aux_np)
   aux = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(np.shape(x), np.asarray(x).dtype, sharding=s),
                      aux_np, aux_shardings)
-  steps = trainer.StepFns(task, tx, mesh, rules, state_shardings, batch_shard, aux_shardings)
+  steps = steps_lib.StepFns(task, tx, mesh, rules, state_shardings, batch_shard, aux_shardings)
   with steps.context():
     lowered = steps.train_step.lower(state, batch, aux)
   compiled = lowered.compile()

@@ -1,0 +1,121 @@
+"""Checkpoint I/O: one Orbax CheckpointManager saves {train state, data iterator, experiment identity} together.
+
+A restarted job continues at the exact next batch. A checkpoint that does not read back (truncated, half-written)
+is reported, moved to <workdir>/checkpoints_damaged/ and the previous one is used; a checkpoint of another
+experiment or data pipeline raises CheckpointMismatchError instead. Every process takes part (a shared filesystem).
+"""
+
+import os
+import shutil
+import time
+
+from absl import logging
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+
+from evqa_jax.data import pipeline
+from evqa_jax.train import workdir as workdir_lib
+
+
+def _abstract(state):
+  return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state)
+
+
+def make_checkpoint_manager(workdir: str, config) -> ocp.CheckpointManager:
+  options = ocp.CheckpointManagerOptions(max_to_keep=config.checkpoint.max_to_keep, create=True,
+                                         enable_async_checkpointing=False)
+  return ocp.CheckpointManager(os.path.join(os.path.abspath(workdir), "checkpoints"), options=options,
+                               item_names=("state", "data", "meta"))
+
+
+class CheckpointMismatchError(ValueError):
+  """The checkpoint belongs to another experiment or data pipeline (not a damaged one: never skipped)."""
+
+
+def save_checkpoint(mngr: ocp.CheckpointManager, step: int, state, train_iter, identity: dict) -> None:
+  mngr.save(step, args=ocp.args.Composite(
+      state=ocp.args.StandardSave(state), data=pipeline.checkpoint_args_save(train_iter),
+      meta=ocp.args.JsonSave({"step": int(step), "identity": identity})))
+
+
+def _restore_step(mngr, step: int, state, train_iter, identity: dict):
+  """Restores `step` into (state, train_iter). The state is read first: a damaged state never touches the iterator."""
+  step_dir = os.path.join(os.fspath(mngr.directory), str(step))
+  if os.path.isdir(os.path.join(step_dir, "meta")):
+    meta = mngr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+    if not isinstance(meta, dict) or "identity" not in meta:
+      raise RuntimeError(f"{step_dir}/meta holds no experiment identity")
+    diffs = workdir_lib.identity_diffs(identity, meta["identity"])
+    if diffs:
+      raise CheckpointMismatchError(
+          f"checkpoint {step_dir} was written by another experiment; it differs in {'; '.join(diffs)}. "
+          "Use a new --workdir or delete that one")
+  restored = mngr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(_abstract(state))))
+  try:
+    mngr.restore(step, args=ocp.args.Composite(data=pipeline.checkpoint_args_restore(train_iter)))
+  except ValueError as e:
+    if "differs from the one being restored" in str(e):  # batch size, seed or dataset changed
+      raise CheckpointMismatchError(f"cannot resume from {step_dir}: {e}") from e
+    raise
+  return restored["state"]
+
+
+def restore_latest(mngr: ocp.CheckpointManager, state, make_iter, identity: dict | None = None):
+  """Restores the newest checkpoint that reads back completely -> (step or None, state or None, data iterator).
+
+  `make_iter()` gives a fresh training iterator (positioned at the start); the one returned is positioned at the
+  restored step. A checkpoint that fails to read (truncated or missing files, a half-written step) is reported,
+  moved to <workdir>/checkpoints_damaged/ (so the step can be written again) and the previous one is tried. A
+  checkpoint of another experiment or data pipeline raises CheckpointMismatchError instead.
+  """
+  identity = identity if identity is not None else {}
+  damaged = []
+  result = None
+  for step in sorted(mngr.all_steps(), reverse=True):
+    it = make_iter()
+    try:
+      result = (step, _restore_step(mngr, step, state, it, identity), it)
+      break
+    except CheckpointMismatchError:
+      it.close()
+      raise
+    except Exception as e:  # pylint: disable=broad-except
+      it.close()  # a half-restored iterator may hold prefetched batches of the wrong position
+      reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+      step_dir = os.path.join(os.fspath(mngr.directory), str(step))
+      logging.warning("checkpoint %s is unreadable (%s)", step_dir, reason)
+      if jax.process_index() == 0:
+        print(f"WARNING: checkpoint {step_dir} is damaged or incomplete ({reason[:300]}); "
+              "falling back to the previous checkpoint", flush=True)
+      damaged.append(step)
+  if damaged:
+    workdir_lib.sync("evqa_jax:damaged_found")
+    if jax.process_index() == 0:
+      aside = os.path.join(os.path.dirname(os.fspath(mngr.directory)), "checkpoints_damaged")
+      os.makedirs(aside, exist_ok=True)
+      for step in damaged:
+        target = os.path.join(aside, f"{step}.{int(time.time())}")
+        shutil.move(os.path.join(os.fspath(mngr.directory), str(step)), target)
+        print(f"moved the damaged checkpoint of step {step} to {target}", flush=True)
+    workdir_lib.sync("evqa_jax:damaged_moved")
+    mngr.reload()
+  return result if result is not None else (None, None, make_iter())
+
+
+def load_checkpoint_arrays(workdir: str, step: int | None = None) -> tuple[int, dict]:
+  """(step, numpy train state {step, trainable, frozen, opt_state}) of a workdir's checkpoint (default: newest).
+
+  Host-side and device-independent: for inspecting or comparing runs, whatever mesh wrote them.
+  """
+  ckpt_dir = os.path.join(os.path.abspath(workdir), "checkpoints")
+  steps = sorted(int(n) for n in os.listdir(ckpt_dir) if n.isdigit()) if os.path.isdir(ckpt_dir) else []
+  if not steps:
+    raise FileNotFoundError(f"{ckpt_dir} holds no checkpoint")
+  step = steps[-1] if step is None else step
+  path = os.path.join(ckpt_dir, str(step), "state")
+  with ocp.PyTreeCheckpointer() as ckptr:
+    tree = ckptr.metadata(path)
+    tree = getattr(tree, "item_metadata", tree)
+    args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
+    return step, ckptr.restore(path, restore_args=args)

@@ -1,0 +1,146 @@
+"""The train state and the jitted steps: state created already sharded, `StepFns` (train / eval / eval-loss steps).
+
+Parameters are created already sharded (eval_shape -> logical partition specs -> mesh shardings -> jit(init,
+out_shardings)); `abstract_train_state` gives the same tree as ShapeDtypeStructs for AOT compile checks. The train
+step is jitted with donated state.
+"""
+
+import contextlib
+
+import flax.linen as nn
+import jax
+from jax.experimental import multihost_utils
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from evqa_jax.train import partition, sharding
+
+
+class StepFns:
+  """The jitted train and eval steps of a task on a mesh."""
+
+  def __init__(self, task, tx, mesh, rules, state_shardings, batch_shard, aux_shardings):
+    self.task = task
+    repl = sharding.replicated(mesh)
+
+    def train_step(state, batch, aux):
+      rng = jax.random.fold_in(jax.random.key(task.config.seed), state["step"])
+
+      def loss_fn(trainable):
+        params = partition.merge_params(trainable, state["frozen"])
+        return task.loss(params, batch, aux, rng, train=True)
+
+      (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["trainable"])
+      updates, opt_state = tx.update(grads, state["opt_state"], state["trainable"])
+      trainable = jax.tree.map(jnp.add, state["trainable"], updates)
+      metrics = dict(metrics, loss=loss, grad_norm=optax_global_norm(grads))
+      new_state = dict(state, step=state["step"] + 1, trainable=trainable, opt_state=opt_state)
+      return new_state, metrics
+
+    def eval_step(state, batch, aux):
+      params = partition.merge_params(state["trainable"], state["frozen"])
+      out = task.predict(params, batch, aux)
+      out["index"] = batch["index"]
+      out["_valid"] = batch["_valid"]
+      return out
+
+    def eval_loss_step(state, batch, aux):
+      params = partition.merge_params(state["trainable"], state["frozen"])
+      loss, metrics = task.loss(params, batch, aux, jax.random.key(0), train=False)
+      return dict(metrics, loss=loss)
+
+    self.mesh = mesh
+    self.rules = sharding.rules_tuple(rules)
+    self.train_step = jax.jit(train_step, donate_argnums=0,
+                              in_shardings=(state_shardings, batch_shard, aux_shardings),
+                              out_shardings=(state_shardings, repl))
+    self.eval_step = jax.jit(eval_step, in_shardings=(state_shardings, batch_shard, aux_shardings),
+                             out_shardings=repl)
+    self.eval_loss_step = jax.jit(eval_loss_step, in_shardings=(state_shardings, batch_shard, aux_shardings),
+                                  out_shardings=repl)
+
+  def context(self):
+    """The logical axis rules under which the steps are traced.
+
+    Parameters, batches and outputs carry explicit shardings, which GSPMD propagates through the step. The context
+    mesh (`jax.set_mesh`, which turns every activation `with_logical_constraint` into a constraint) is not entered
+    yet: with it the VIOLIN sharded-vs-single-device test saw frozen parameters move by ~4e-5; see the issue notes.
+    """
+    return mesh_context(self.mesh, self.rules)
+
+
+@contextlib.contextmanager
+def mesh_context(mesh, rules):
+  del mesh
+  with nn.logical_axis_rules(sharding.rules_tuple(rules)):
+    yield
+
+
+def optax_global_norm(tree):
+  leaves = jax.tree.leaves(tree)
+  return jnp.sqrt(sum(jnp.sum(jnp.square(x.astype(jnp.float32))) for x in leaves)) if leaves else jnp.zeros(())
+
+
+def create_state(task, config, mesh, tx):
+  """Sharded initial train state {step, trainable, frozen, opt_state} and its shardings (nothing pretrained yet)."""
+  rules = sharding.rules_tuple(config.logical_axis_rules)
+  rng = jax.random.key(config.seed)
+  with nn.logical_axis_rules(rules):
+    abstract = jax.eval_shape(task.init_params, rng)
+    param_shardings = sharding.tree_shardings(abstract, mesh, rules)
+    params = jax.jit(lambda r: nn.meta.unbox(task.init_params(r)), out_shardings=param_shardings)(rng)
+  trainable, frozen = partition.split_params(params, task.trainable_patterns)
+  opt_state = jax.jit(tx.init, out_shardings=opt_state_shardings(tx, trainable, mesh))(trainable)
+  step = jax.jit(lambda: jnp.zeros((), jnp.int32), out_shardings=sharding.replicated(mesh))()
+  state = {"step": step,
+           "trainable": trainable, "frozen": frozen, "opt_state": opt_state}
+  return state, jax.tree.map(lambda x: x.sharding, state)
+
+
+def opt_state_shardings(tx, trainable, mesh):
+  """Optimiser-state shardings: moments sharded like their parameters, counters replicated on the whole mesh.
+
+  (Left to propagation, state that does not depend on the parameters' values, such as Adam's zero moments and
+  step count, would land on one local device, which a multi-process step rejects.)
+  """
+  abstract = jax.eval_shape(tx.init, trainable)
+  return optax.tree_map_params(tx, lambda _, s: s, abstract, jax.tree.map(lambda x: x.sharding, trainable),
+                               transform_non_params=lambda _: sharding.replicated(mesh))
+
+
+def load_pretrained_into(state, task, shardings):
+  """Fills trainable/frozen params from the task's pretrained weights (host side, then back to global arrays)."""
+  params = partition.merge_params(state["trainable"], state["frozen"])
+  host = jax.tree.map(lambda x: np.asarray(jax.device_get(x)) if x.is_fully_addressable else
+                      np.asarray(multihost_utils.process_allgather(x, tiled=True)), params)
+  host = task.load_pretrained(host)
+  trainable, frozen = partition.split_params(host, task.trainable_patterns)
+  state = dict(state)
+  state["trainable"] = sharding.host_to_global(trainable, shardings["trainable"])
+  state["frozen"] = sharding.host_to_global(frozen, shardings["frozen"])
+  return state
+
+
+def aux_shardings_for(task, mesh, rules, aux):
+  """Shardings of the task's aux inputs: its logical specs, or replicated."""
+  aux_specs = task.aux_logical_axes()
+  if aux_specs is None:
+    return jax.tree.map(lambda _: sharding.replicated(mesh), aux)
+  return jax.tree.map(lambda s: sharding.logical_sharding(s, mesh, rules), aux_specs,
+                      is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
+
+
+def abstract_train_state(task, config, mesh, tx):
+  """ShapeDtypeStructs (with shardings) of the train state, without creating any parameter (for AOT checks)."""
+  rules = sharding.rules_tuple(config.logical_axis_rules)
+  with nn.logical_axis_rules(rules):
+    boxed = jax.eval_shape(task.init_params, jax.random.key(config.seed))
+    param_shardings = sharding.tree_shardings(boxed, mesh, rules)
+  params = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+                        nn.meta.unbox(boxed), param_shardings)
+  trainable, frozen = partition.split_params(params, task.trainable_patterns)
+  opt_state = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+                           jax.eval_shape(tx.init, trainable), opt_state_shardings(tx, trainable, mesh))
+  step = jax.ShapeDtypeStruct((), jnp.int32, sharding=sharding.replicated(mesh))
+  return {"step": step, "trainable": trainable, "frozen": frozen, "opt_state": opt_state}

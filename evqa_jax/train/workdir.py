@@ -1,0 +1,69 @@
+"""A workdir's experiment identity: the config entries a checkpoint must match to be resumed.
+
+`check_workdir` runs first in every job: it refuses a workdir that holds another experiment's checkpoint, then (process
+0) writes <workdir>/config.json with the identity, the full config and the code version. `sync` is the barrier every
+process passes around such shared files in a multi-process job.
+"""
+
+import json
+import os
+
+import jax
+from jax.experimental import multihost_utils
+
+from evqa_jax import io as io_lib
+
+# Config entries that must match between a workdir's checkpoint and the config resuming from it.
+_IDENTITY_KEYS = ("task", "model", "data.dir")
+
+
+def config_identity(config) -> dict:
+  out = {}
+  for key in _IDENTITY_KEYS:
+    node = config
+    for part in key.split("."):
+      node = node[part]
+    out[key] = json.loads(node.to_json()) if hasattr(node, "to_json") else node
+  return out
+
+
+def identity_diffs(mine: dict, theirs: dict) -> list:
+  """Human-readable differences between two experiment identities, one entry per differing (nested) field."""
+  out = []
+
+  def walk(a, b, prefix):
+    if isinstance(a, dict) and isinstance(b, dict):
+      for k in sorted(set(a) | set(b)):
+        walk(a.get(k, "<unset>"), b.get(k, "<unset>"), f"{prefix}.{k}" if prefix else k)
+    elif a != b:
+      out.append(f"{prefix} (checkpoint: {json.dumps(b)}, config: {json.dumps(a)})")
+
+  walk(mine, theirs, "")
+  return out
+
+
+def sync(name: str) -> None:
+  if jax.process_count() > 1:
+    multihost_utils.sync_global_devices(name)
+
+
+def check_workdir(config, workdir: str) -> None:
+  """Refuses to resume a workdir that holds another experiment's checkpoint."""
+  path = os.path.join(workdir, "config.json")
+  mine = config_identity(config)
+  if os.path.exists(path):
+    try:
+      with open(path) as f:
+        theirs = json.load(f).get("identity", {})
+    except (OSError, ValueError) as e:
+      raise ValueError(f"{path} is unreadable ({e}): is {workdir} an evqa_jax workdir?") from e
+    diffs = identity_diffs(mine, theirs)
+    ckpt_dir = os.path.join(workdir, "checkpoints")
+    if diffs and os.path.isdir(ckpt_dir) and any(n.isdigit() for n in os.listdir(ckpt_dir)):
+      raise ValueError(
+          f"workdir {workdir} holds a checkpoint of another experiment; it differs in "
+          f"{'; '.join(diffs)}. Use a new --workdir or delete that one")
+  sync("evqa_jax:workdir_checked")  # everyone read the old file before process 0 replaces it
+  if jax.process_index() == 0:
+    io_lib.write_json(path, {"identity": mine, "config": json.loads(config.to_json_best_effort()),
+                             "code": io_lib.code_version()})
