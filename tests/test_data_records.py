@@ -249,7 +249,9 @@ def test_corrupt_records_raise_with_file_and_offset(tmp_path, kind, reason):
 
 
 def test_tensorflow_reads_our_records(tmp_path):
-  tf = pytest.importorskip("tensorflow")
+  tf = pytest.importorskip(
+      "tensorflow", reason="TensorFlow is an optional extra (pip install -e '.[tf]'); this test alone reads our "
+      "TFRecords back with tf.data")
   path = str(tmp_path / "tf.tfrecord")
   examples = [_example(i) for i in range(4)]
   _write(path, [example_lib.encode_example(ex, SPEC) for ex in examples])

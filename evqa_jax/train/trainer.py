@@ -163,7 +163,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
   mngr.wait_until_finished()
   mngr.close()
   train_iter.close()
-  writer.flush()
+  writer.close()
   result = {"step": step, "train": last_row, "eval": last_metrics}
   if is_main and step >= total_steps:
     io_lib.write_json(os.path.join(workdir, "final_metrics.json"), result)

@@ -1,20 +1,74 @@
-"""Metric logging: clu metric writers (TensorBoard event files + console) and a progress line with steps/s and ETA.
+"""Metric logging: TensorBoard event files + the absl log, and a progress line with steps/s and ETA.
 
-Only process 0 writes summaries; other processes get a logging-only writer.
+The event files are written without TensorFlow: `tf.Event` protos (tensorboard's own compiled protos) framed as
+TFRecords by evqa_jax.data.tfrecord, with the scalars as `simple_value`s and the hyperparameters as the hparams
+plugin's session-start summary (tensorboard's `hparams_pb`, the summary clu's writer wrote). tensorboardX would
+import torch wherever torch is installed (the test extras), and clu's writer imports TensorFlow.
+
+Only process 0 writes event files; every process logs its scalars with absl (`[step] key=value, ...`, at INFO).
 """
 
 import os
+import socket
 import time
 
+from absl import logging
 import jax
 import numpy as np
+from tensorboard.compat.proto import event_pb2, summary_pb2  # plain protobuf: tensorboard.compat loads TF only on use
+from tensorboard.plugins.hparams import summary_v2
+
+from evqa_jax.data import tfrecord
 
 
 def create_writer(workdir: str, config):
   del config
-  from clu import metric_writers  # imports TensorFlow for the summary writer: keep it out of module import time
-  return metric_writers.create_default_writer(
-      os.path.join(workdir, "tensorboard"), just_logging=jax.process_index() > 0, asynchronous=False)
+  return SummaryWriter(os.path.join(workdir, "tensorboard"), write_events=jax.process_index() == 0)
+
+
+class SummaryWriter:
+  """Scalars and hyperparameters to `logdir/events.out.tfevents.*` (one new file per writer) and to the absl log.
+
+  The event file is an append-only log that TensorBoard reads while it grows, so it is written in place, one flushed
+  record per event, not through a temporary file; TensorBoard ignores a last record torn by a kill.
+  """
+
+  def __init__(self, logdir: str, write_events: bool = True):
+    self.path = None
+    if write_events:
+      os.makedirs(logdir, exist_ok=True)
+      self.path = os.path.join(logdir, f"events.out.tfevents.{time.time():.6f}.{socket.gethostname()}.{os.getpid()}")
+      self._file = open(self.path, "ab")
+      self._write_event(file_version="brain.Event:2")
+
+  def _write_event(self, **fields) -> None:
+    event = event_pb2.Event(wall_time=time.time(), **fields)
+    self._file.write(tfrecord.frame(event.SerializeToString()))
+    self._file.flush()
+
+  def write_scalars(self, step: int, scalars: dict) -> None:
+    values = [f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(scalars.items())]
+    logging.info("[%d] %s", step, ", ".join(values))
+    if self.path is not None:
+      summary = summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=k, simple_value=float(v))
+                                           for k, v in scalars.items()])
+      self._write_event(step=int(step), summary=summary)
+
+  def write_hparams(self, hparams: dict) -> None:
+    logging.info("[Hyperparameters] %s", hparams)
+    if self.path is not None:
+      self._write_event(step=0, summary=summary_v2.hparams_pb(hparams))
+
+  def flush(self) -> None:
+    logging.flush()
+    if self.path is not None:
+      self._file.flush()
+      os.fsync(self._file.fileno())
+
+  def close(self) -> None:
+    if self.path is not None and not self._file.closed:
+      self.flush()
+      self._file.close()
 
 
 def format_metrics(title: str, metrics: dict, keys=None) -> str:
