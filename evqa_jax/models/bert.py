@@ -24,7 +24,7 @@ import dataclasses
 import functools
 import json
 import os
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict
 
 import flax.linen as nn
 import jax
@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from evqa_jax.models import hf_utils
+from evqa_jax.models import layers
 from evqa_jax.models.layers import Adapter, VisualProjection
 
 ACTIVATIONS = {
@@ -131,25 +132,6 @@ class BertConfig:
       raise ValueError(f"{file}: {e}") from e
 
 
-def _kernel(cfg: BertConfig, names):
-  return nn.with_logical_partitioning(nn.initializers.normal(cfg.initializer_range), names)
-
-
-def _zeros(names):
-  return nn.with_logical_partitioning(nn.initializers.zeros, names)
-
-
-def _layer_norm(cfg: BertConfig, name: str) -> nn.LayerNorm:
-  return nn.LayerNorm(epsilon=cfg.layer_norm_eps, dtype=cfg.dtype, param_dtype=cfg.param_dtype, name=name,
-                      scale_init=nn.with_logical_partitioning(nn.initializers.ones, ("embed",)),
-                      bias_init=_zeros(("embed",)))
-
-
-def _dense(cfg: BertConfig, features: int, names: Tuple, name: str) -> nn.Dense:
-  return nn.Dense(features, dtype=cfg.dtype, param_dtype=cfg.param_dtype, name=name,
-                  kernel_init=_kernel(cfg, names), bias_init=_zeros(names[-1:]))
-
-
 def _constrain(x):
   return nn.with_logical_constraint(x, ("batch", "length", "embed"))
 
@@ -161,10 +143,11 @@ class BertEmbeddings(nn.Module):
   def setup(self):
     cfg = self.config
     embed = functools.partial(nn.Embed, features=cfg.hidden_size, dtype=cfg.dtype, param_dtype=cfg.param_dtype)
-    self.word_embeddings = embed(cfg.vocab_size, embedding_init=_kernel(cfg, ("vocab", "embed")))
-    self.position_embeddings = embed(cfg.max_position_embeddings, embedding_init=_kernel(cfg, (None, "embed")))
-    self.token_type_embeddings = embed(cfg.type_vocab_size, embedding_init=_kernel(cfg, (None, "embed")))
-    self.LayerNorm = _layer_norm(self.config, "LayerNorm")  # pylint: disable=invalid-name
+    self.word_embeddings = embed(cfg.vocab_size, embedding_init=layers.encoder_init(cfg, ("vocab", "embed")))
+    self.position_embeddings = embed(cfg.max_position_embeddings,
+                                     embedding_init=layers.encoder_init(cfg, (None, "embed")))
+    self.token_type_embeddings = embed(cfg.type_vocab_size, embedding_init=layers.encoder_init(cfg, (None, "embed")))
+    self.LayerNorm = layers.encoder_layer_norm(self.config, "LayerNorm")  # pylint: disable=invalid-name
     self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
 
   def __call__(self, input_ids, token_type_ids, visual_embeds=None, deterministic: bool = True):
@@ -197,8 +180,8 @@ class _HeadsProjection(nn.Module):
   def __call__(self, x):
     cfg = self.config
     shape = (cfg.hidden_size, cfg.num_attention_heads, cfg.head_dim)
-    kernel = self.param("kernel", _kernel(cfg, ("embed", "heads", "kv")), shape, cfg.param_dtype)
-    bias = self.param("bias", _zeros(("heads", "kv")), shape[1:], cfg.param_dtype)
+    kernel = self.param("kernel", layers.encoder_init(cfg, ("embed", "heads", "kv")), shape, cfg.param_dtype)
+    bias = self.param("bias", layers.zeros(("heads", "kv")), shape[1:], cfg.param_dtype)
     y = jnp.einsum("bsh,hnd->bnsd", x.astype(cfg.dtype), kernel.astype(cfg.dtype))
     return y + bias.astype(cfg.dtype)[None, :, None, :]
 
@@ -211,8 +194,8 @@ class _HeadsMerge(nn.Module):
   def __call__(self, context):
     cfg = self.config
     shape = (cfg.num_attention_heads, cfg.head_dim, cfg.hidden_size)
-    kernel = self.param("kernel", _kernel(cfg, ("heads", "kv", "embed")), shape, cfg.param_dtype)
-    bias = self.param("bias", _zeros(("embed",)), (cfg.hidden_size,), cfg.param_dtype)
+    kernel = self.param("kernel", layers.encoder_init(cfg, ("heads", "kv", "embed")), shape, cfg.param_dtype)
+    bias = self.param("bias", layers.zeros(("embed",)), (cfg.hidden_size,), cfg.param_dtype)
     return jnp.einsum("bnsd,nde->bse", context, kernel.astype(cfg.dtype)) + bias.astype(cfg.dtype)
 
 
@@ -251,7 +234,7 @@ class BertSelfOutput(nn.Module):
       h = Adapter(cfg.hidden_size, cfg.adapter_reduction, cfg.adapter_dropout, dtype=cfg.dtype,
                   param_dtype=cfg.param_dtype, name="adapter_attn")(h, deterministic=deterministic)
     h = nn.Dropout(cfg.hidden_dropout_prob)(h, deterministic=deterministic)
-    return _layer_norm(cfg, "LayerNorm")(h + residual)
+    return layers.encoder_layer_norm(cfg, "LayerNorm")(h + residual)
 
 
 class BertAttention(nn.Module):
@@ -270,7 +253,7 @@ class BertIntermediate(nn.Module):
   @nn.compact
   def __call__(self, x):
     cfg = self.config
-    return ACTIVATIONS[cfg.hidden_act](_dense(cfg, cfg.intermediate_size, ("embed", "mlp"), "dense")(x))
+    return ACTIVATIONS[cfg.hidden_act](layers.encoder_dense(cfg, cfg.intermediate_size, ("embed", "mlp"), "dense")(x))
 
 
 class BertOutput(nn.Module):
@@ -280,12 +263,12 @@ class BertOutput(nn.Module):
   @nn.compact
   def __call__(self, h, residual, deterministic: bool = True):
     cfg = self.config
-    h = _dense(cfg, cfg.hidden_size, ("mlp", "embed"), "dense")(h)
+    h = layers.encoder_dense(cfg, cfg.hidden_size, ("mlp", "embed"), "dense")(h)
     if cfg.use_adapters:
       h = Adapter(cfg.hidden_size, cfg.adapter_reduction, cfg.adapter_dropout, dtype=cfg.dtype,
                   param_dtype=cfg.param_dtype, name="adapter_ffn")(h, deterministic=deterministic)
     h = nn.Dropout(cfg.hidden_dropout_prob)(h, deterministic=deterministic)
-    return _layer_norm(cfg, "LayerNorm")(h + residual)
+    return layers.encoder_layer_norm(cfg, "LayerNorm")(h + residual)
 
 
 class BertLayer(nn.Module):
@@ -329,8 +312,8 @@ class BertPredictionHeadTransform(nn.Module):
   @nn.compact
   def __call__(self, x):
     cfg = self.config
-    x = _dense(cfg, cfg.hidden_size, (None, "embed"), "dense")(x)
-    return _layer_norm(cfg, "LayerNorm")(ACTIVATIONS[cfg.hidden_act](x))
+    x = layers.encoder_dense(cfg, cfg.hidden_size, (None, "embed"), "dense")(x)
+    return layers.encoder_layer_norm(cfg, "LayerNorm")(ACTIVATIONS[cfg.hidden_act](x))
 
 
 class BertLMPredictionHead(nn.Module):
@@ -338,7 +321,7 @@ class BertLMPredictionHead(nn.Module):
 
   def setup(self):
     self.transform = BertPredictionHeadTransform(self.config)
-    self.bias = self.param("bias", _zeros(("vocab",)), (self.config.vocab_size,), self.config.param_dtype)
+    self.bias = self.param("bias", layers.zeros(("vocab",)), (self.config.vocab_size,), self.config.param_dtype)
 
   def __call__(self, x):
     return self.transform(x)

@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from evqa_jax.models import hf_utils
+from evqa_jax.models import hf_utils, layers
 from evqa_jax.models.evidence_heads import HeadProjection
 
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
@@ -110,20 +110,6 @@ class CLIPVisionConfig:
       raise ValueError(f"{file}: {e}") from e
 
 
-def _kernel(cfg, names):
-  return nn.with_logical_partitioning(nn.initializers.normal(cfg.initializer_range), names)
-
-
-def _zeros(names):
-  return nn.with_logical_partitioning(nn.initializers.zeros, names)
-
-
-def _layer_norm(cfg, name):
-  return nn.LayerNorm(epsilon=cfg.layer_norm_eps, dtype=cfg.dtype, param_dtype=cfg.param_dtype, name=name,
-                      scale_init=nn.with_logical_partitioning(nn.initializers.ones, ("embed",)),
-                      bias_init=_zeros(("embed",)))
-
-
 class CLIPVisionEmbeddings(nn.Module):
   config: CLIPVisionConfig
 
@@ -132,14 +118,14 @@ class CLIPVisionEmbeddings(nn.Module):
     """pixels `[n, H, W, C]` (normalised) -> `[n, 1 + P, D]`."""
     cfg = self.config
     n = pixels.shape[0]
-    cls_tok = self.param("class_embedding", _kernel(cfg, ("embed",)), (cfg.hidden_size,), cfg.param_dtype)
+    cls_tok = self.param("class_embedding", layers.encoder_init(cfg, ("embed",)), (cfg.hidden_size,), cfg.param_dtype)
     patches = nn.Conv(cfg.hidden_size, (cfg.patch_size, cfg.patch_size), strides=(cfg.patch_size, cfg.patch_size),
                       padding="VALID", use_bias=False, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
-                      kernel_init=_kernel(cfg, (None, None, None, "embed")), name="patch_embedding")(pixels)
+                      kernel_init=layers.encoder_init(cfg, (None, None, None, "embed")), name="patch_embedding")(pixels)
     patches = patches.reshape(n, -1, cfg.hidden_size)  # row-major over the grid, as torch flatten(2)
     x = jnp.concatenate([jnp.broadcast_to(cls_tok.astype(cfg.dtype), (n, 1, cfg.hidden_size)), patches], axis=1)
     pos = nn.Embed(cfg.num_patches + 1, cfg.hidden_size, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
-                   embedding_init=_kernel(cfg, (None, "embed")), name="position_embedding")
+                   embedding_init=layers.encoder_init(cfg, (None, "embed")), name="position_embedding")
     return x + pos.embedding.astype(cfg.dtype)[None]
 
 
@@ -169,11 +155,9 @@ class CLIPMLP(nn.Module):
   @nn.compact
   def __call__(self, x):
     cfg = self.config
-    h = nn.Dense(cfg.intermediate_size, dtype=cfg.dtype, param_dtype=cfg.param_dtype, name="fc1",
-                 kernel_init=_kernel(cfg, ("embed", "mlp")), bias_init=_zeros(("mlp",)))(x)
+    h = layers.encoder_dense(cfg, cfg.intermediate_size, ("embed", "mlp"), "fc1")(x)
     h = ACTIVATIONS[cfg.hidden_act](h)
-    return nn.Dense(cfg.hidden_size, dtype=cfg.dtype, param_dtype=cfg.param_dtype, name="fc2",
-                    kernel_init=_kernel(cfg, ("mlp", "embed")), bias_init=_zeros(("embed",)))(h)
+    return layers.encoder_dense(cfg, cfg.hidden_size, ("mlp", "embed"), "fc2")(h)
 
 
 class CLIPEncoderLayer(nn.Module):
@@ -181,8 +165,8 @@ class CLIPEncoderLayer(nn.Module):
 
   @nn.compact
   def __call__(self, x):
-    x = x + CLIPAttention(self.config, name="self_attn")(_layer_norm(self.config, "layer_norm1")(x))
-    x = x + CLIPMLP(self.config, name="mlp")(_layer_norm(self.config, "layer_norm2")(x))
+    x = x + CLIPAttention(self.config, name="self_attn")(layers.encoder_layer_norm(self.config, "layer_norm1")(x))
+    x = x + CLIPMLP(self.config, name="mlp")(layers.encoder_layer_norm(self.config, "layer_norm2")(x))
     return nn.with_logical_constraint(x, ("batch", "length", "embed"))
 
 
@@ -198,10 +182,10 @@ class CLIPVisionModel(nn.Module):
       raise ValueError(f"CLIPVisionModel: pixels must be [n, {cfg.image_size}, {cfg.image_size}, "
                        f"{cfg.num_channels}], got {pixels.shape}")
     x = CLIPVisionEmbeddings(cfg, name="embeddings")(pixels.astype(cfg.dtype))
-    x = _layer_norm(cfg, "pre_layrnorm")(x)
+    x = layers.encoder_layer_norm(cfg, "pre_layrnorm")(x)
     for i in range(cfg.num_hidden_layers):
       x = CLIPEncoderLayer(cfg, name=f"encoder_layers_{i}")(x)
-    pooled = _layer_norm(cfg, "post_layernorm")(x[:, 0])
+    pooled = layers.encoder_layer_norm(cfg, "post_layernorm")(x[:, 0])
     return {"last_hidden_state": x, "pooler_output": pooled}
 
 

@@ -44,7 +44,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from evqa_jax.models import hf_utils
+from evqa_jax.models import hf_utils, layers
 from evqa_jax.models.layers import Adapter, VisualProjection
 
 _ACTIVATIONS = {
@@ -245,20 +245,13 @@ def relative_position_index(config: DebertaV2Config, length: int) -> np.ndarray:
 # ----------------------------------------------------------------------------------------------- modules
 
 
-def _dense_init(config):
-  return nn.initializers.normal(config.initializer_range)
-
-
 def _layer_norm(config, name):
-  return nn.LayerNorm(epsilon=config.layer_norm_eps, dtype=config.dtype, param_dtype=config.param_dtype,
-                      use_fast_variance=False, name=name,
-                      scale_init=nn.with_logical_partitioning(nn.initializers.ones, ("embed",)),
-                      bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)))
+  return layers.encoder_layer_norm(config, name, use_fast_variance=False)
 
 
 def _embed(config, num, name, names):
   return nn.Embed(num, config.hidden_size, dtype=config.dtype, param_dtype=config.param_dtype, name=name,
-                  embedding_init=nn.with_logical_partitioning(_dense_init(config), names))
+                  embedding_init=layers.encoder_init(config, names))
 
 
 class DebertaV2Embeddings(nn.Module):
@@ -320,12 +313,9 @@ class _Projection(nn.Module):
 
   @nn.compact
   def __call__(self, x):
-    kernel = self.param("kernel", nn.with_logical_partitioning(nn.initializers.normal(self.init_std),
-                                                               self.kernel_axes), self.kernel_shape,
-                        self.param_dtype)
+    kernel = self.param("kernel", layers.normal(self.init_std, self.kernel_axes), self.kernel_shape, self.param_dtype)
     bias_shape = self.kernel_shape[-len(self.bias_axes):]
-    bias = self.param("bias", nn.with_logical_partitioning(nn.initializers.zeros, self.bias_axes), bias_shape,
-                      self.param_dtype)
+    bias = self.param("bias", layers.zeros(self.bias_axes), bias_shape, self.param_dtype)
     return jnp.einsum(self.spec, x.astype(self.dtype), kernel.astype(self.dtype)) + bias.astype(self.dtype)
 
 
@@ -404,9 +394,7 @@ class DebertaV2Intermediate(nn.Module):
   @nn.compact
   def __call__(self, x):
     cfg = self.config
-    x = nn.Dense(cfg.intermediate_size, dtype=cfg.dtype, param_dtype=cfg.param_dtype, name="dense",
-                 kernel_init=nn.with_logical_partitioning(_dense_init(cfg), ("embed", "mlp")),
-                 bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("mlp",)))(x)
+    x = layers.encoder_dense(cfg, cfg.intermediate_size, ("embed", "mlp"), "dense")(x)
     return _ACTIVATIONS[cfg.hidden_act](x)
 
 
@@ -417,9 +405,7 @@ class DebertaV2Output(nn.Module):
   @nn.compact
   def __call__(self, x, residual, deterministic=True):
     cfg = self.config
-    x = nn.Dense(cfg.hidden_size, dtype=cfg.dtype, param_dtype=cfg.param_dtype, name="dense",
-                 kernel_init=nn.with_logical_partitioning(_dense_init(cfg), ("mlp", "embed")),
-                 bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)))(x)
+    x = layers.encoder_dense(cfg, cfg.hidden_size, ("mlp", "embed"), "dense")(x)
     if cfg.use_adapters:
       x = Adapter(cfg.hidden_size, cfg.adapter_reduction, cfg.adapter_dropout, dtype=cfg.dtype,
                   param_dtype=cfg.param_dtype, name="adapter_ffn")(x, deterministic=deterministic)
@@ -449,8 +435,8 @@ class ConvLayer(nn.Module):
     k = cfg.conv_kernel_size
     out = nn.Conv(cfg.hidden_size, (k,), padding=[((k - 1) // 2, (k - 1) // 2)], feature_group_count=cfg.conv_groups,
                   dtype=cfg.dtype, param_dtype=cfg.param_dtype, name="conv",
-                  kernel_init=nn.with_logical_partitioning(_dense_init(cfg), (None, None, "embed")),
-                  bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)))(embeddings)
+                  kernel_init=layers.encoder_init(cfg, (None, None, "embed")),
+                  bias_init=layers.zeros(("embed",)))(embeddings)
     m = valid[..., None].astype(out.dtype)
     out = _ACTIVATIONS[cfg.conv_act](nn.Dropout(cfg.hidden_dropout_prob)(out * m, deterministic=deterministic))
     return _layer_norm(cfg, "LayerNorm")(layer_output + out) * m
@@ -542,11 +528,8 @@ class DebertaV2LMPredictionHead(nn.Module):
   @nn.compact
   def __call__(self, x, word_embeddings=None):
     cfg = self.config
-    bias = self.param("bias", nn.with_logical_partitioning(nn.initializers.zeros, ("vocab",)),
-                      (cfg.vocab_size,), cfg.param_dtype)
-    x = nn.Dense(cfg.hidden_size, dtype=cfg.dtype, param_dtype=cfg.param_dtype, name="dense",
-                 kernel_init=nn.with_logical_partitioning(_dense_init(cfg), ("embed", None)),
-                 bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (None,)))(x)
+    bias = self.param("bias", layers.zeros(("vocab",)), (cfg.vocab_size,), cfg.param_dtype)
+    x = layers.encoder_dense(cfg, cfg.hidden_size, ("embed", None), "dense")(x)
     x = _layer_norm(cfg, "LayerNorm")(_ACTIVATIONS[cfg.hidden_act](x))
     if word_embeddings is None:
       return x, None

@@ -28,17 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-
-def _dense(features, names, name, dtype, init_std=None):
-  init = nn.initializers.lecun_normal() if init_std is None else nn.initializers.normal(init_std)
-  return nn.Dense(features, dtype=dtype, name=name, kernel_init=nn.with_logical_partitioning(init, names),
-                  bias_init=nn.with_logical_partitioning(nn.initializers.zeros, names[-1:]))
-
-
-def _layer_norm(name, dtype, axis_name="embed"):
-  return nn.LayerNorm(dtype=dtype, name=name,
-                      scale_init=nn.with_logical_partitioning(nn.initializers.ones, (axis_name,)),
-                      bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (axis_name,)))
+from evqa_jax.models import layers
 
 
 class TemporalHead(nn.Module):
@@ -54,27 +44,27 @@ class TemporalHead(nn.Module):
     descriptors `[b, T, E]` (optional): what the mask shows in each frame (`frame_descriptors`: silhouette,
     position, size, motion), added to the MLP and matched against the question by a second bilinear term."""
     d = self.dim
-    h = (_dense(d, ("embed", "mlp"), "vis", self.dtype)(_layer_norm("vis_LayerNorm", self.dtype)(h_vis))
-         + _dense(d, ("embed", "mlp"), "question", self.dtype)(_layer_norm("q_LayerNorm", self.dtype)(q))[:, None]
-         + _dense(d, ("embed", "mlp"), "frame", self.dtype)(_layer_norm("g_LayerNorm", self.dtype)(g)))
+    h = (layers.dense(d, ("embed", "mlp"), "vis", self.dtype)(layers.layer_norm("vis_LayerNorm", self.dtype)(h_vis))
+         + layers.dense(d, ("embed", "mlp"), "question", self.dtype)(
+             layers.layer_norm("q_LayerNorm", self.dtype)(q))[:, None]
+         + layers.dense(d, ("embed", "mlp"), "frame", self.dtype)(layers.layer_norm("g_LayerNorm", self.dtype)(g)))
     if mask_stats is not None:
-      h = h + _dense(d, (None, "mlp"), "mask_stats", self.dtype)(mask_stats.astype(self.dtype))
+      h = h + layers.dense(d, (None, "mlp"), "mask_stats", self.dtype)(mask_stats.astype(self.dtype))
     if descriptors is not None:
-      desc = _layer_norm("desc_LayerNorm", self.dtype, axis_name=None)(descriptors.astype(self.dtype))
-      h = h + _dense(d, (None, "mlp"), "descriptors", self.dtype)(desc)
+      desc = layers.layer_norm("desc_LayerNorm", self.dtype, axis=None)(descriptors.astype(self.dtype))
+      h = h + layers.dense(d, (None, "mlp"), "descriptors", self.dtype)(desc)
     h = nn.with_logical_constraint(nn.gelu(h), ("batch", "frames", "mlp"))
     # Temporal context: evidence windows are contiguous runs of frames.
     h = h + nn.gelu(nn.Conv(d, (self.kernel_size,), padding="SAME", dtype=self.dtype, name="temporal_conv",
-                            kernel_init=nn.with_logical_partitioning(nn.initializers.lecun_normal(),
-                                                                     (None, None, "mlp")),
-                            bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("mlp",)))(h))
-    logits = _dense(1, ("mlp", None), "out", self.dtype)(h)[..., 0]
-    qb = _dense(d, ("embed", "mlp"), "bilinear_q", self.dtype)(q)
-    gb = _dense(d, ("embed", "mlp"), "bilinear_g", self.dtype)(g)
+                            kernel_init=layers.lecun_normal((None, None, "mlp")),
+                            bias_init=layers.zeros(("mlp",)))(h))
+    logits = layers.dense(1, ("mlp", None), "out", self.dtype)(h)[..., 0]
+    qb = layers.dense(d, ("embed", "mlp"), "bilinear_q", self.dtype)(q)
+    gb = layers.dense(d, ("embed", "mlp"), "bilinear_g", self.dtype)(g)
     logits = logits + jnp.einsum("bd,btd->bt", qb, gb) / jnp.sqrt(jnp.asarray(d, self.dtype))
     if descriptors is not None:
-      qd = _dense(d, ("embed", "mlp"), "bilinear_q_desc", self.dtype)(q)
-      dd = _dense(d, (None, "mlp"), "bilinear_desc", self.dtype)(desc)
+      qd = layers.dense(d, ("embed", "mlp"), "bilinear_q_desc", self.dtype)(q)
+      dd = layers.dense(d, (None, "mlp"), "bilinear_desc", self.dtype)(desc)
       logits = logits + jnp.einsum("bd,btd->bt", qd, dd) / jnp.sqrt(jnp.asarray(d, self.dtype))
     if mask_stats is not None:
       # A direct path from "the mask fires in this frame" to "this frame is evidence" (a learned affine map of the
@@ -105,12 +95,13 @@ class QuestionPool(nn.Module):
   def __call__(self, tokens, mask):
     b, _, hdim = tokens.shape
     m = (mask > 0)
-    x = _layer_norm("LayerNorm", self.dtype)(tokens)
-    scores = _dense(self.num_heads, ("embed", "heads"), "score", self.dtype)(x).astype(jnp.float32)  # [b, L, h]
+    x = layers.layer_norm("LayerNorm", self.dtype)(tokens)
+    scores = layers.dense(self.num_heads, ("embed", "heads"), "score", self.dtype)(x)
+    scores = scores.astype(jnp.float32)  # [b, L, h]
     scores = jnp.where(m[..., None], scores, -1e9)
     probs = jax.nn.softmax(scores, axis=1).astype(self.dtype) * m[..., None].astype(self.dtype)
     pooled = jnp.einsum("blh,bld->bhd", probs, x).reshape(b, self.num_heads * hdim)
-    pooled = _dense(hdim, ("mlp", "embed"), "out", self.dtype)(pooled)
+    pooled = layers.dense(hdim, ("mlp", "embed"), "out", self.dtype)(pooled)
     mf = m.astype(self.dtype)
     mean = jnp.einsum("bl,bld->bd", mf, tokens) / jnp.maximum(jnp.sum(mf, -1, keepdims=True), 1.0)
     return jnp.concatenate([mean, pooled], axis=-1)
@@ -142,8 +133,7 @@ class HeadProjection(nn.Module):
     init = nn.initializers.normal(self.init_std or 1.0 / np.sqrt(fan_in))
     kernel = self.param("kernel", nn.with_logical_partitioning(init, self.names), shape,
                         self.param_dtype).astype(self.dtype)
-    bias = self.param("bias", nn.with_logical_partitioning(nn.initializers.zeros, self.bias_names),
-                      tuple(self.features), self.param_dtype).astype(self.dtype)
+    bias = self.param("bias", layers.zeros(self.bias_names), tuple(self.features), self.param_dtype).astype(self.dtype)
     if self.to_heads:
       return jnp.einsum("...i,ihd->...hd", x.astype(self.dtype), kernel) + bias
     return jnp.einsum("...hd,hdo->...o", x.astype(self.dtype), kernel) + bias
@@ -204,35 +194,35 @@ class SegmentationHead(nn.Module):
     if p != gh * gw:
       raise ValueError(f"SegmentationHead: {p} patches per frame but grid {gh}x{gw}")
     d, k = self.dim, self.num_queries
-    feats = _dense(d, ("embed", "mlp"), "patch_proj", self.dtype)(
-        _layer_norm("patch_LayerNorm", self.dtype)(patch_features))
+    feats = layers.dense(d, ("embed", "mlp"), "patch_proj", self.dtype)(
+        layers.layer_norm("patch_LayerNorm", self.dtype)(patch_features))
     # FiLM by the question: the pixel embeddings themselves depend on what is asked, so "the red circle" and
     # "the blue square" light up different pixels of the same frame (the referring-segmentation recipe).
-    film = _dense(2 * d, ("embed", "mlp"), "film", self.dtype, init_std=1e-3)(
-        _layer_norm("film_LayerNorm", self.dtype)(q))
+    film = layers.dense(2 * d, ("embed", "mlp"), "film", self.dtype, stddev=1e-3)(
+        layers.layer_norm("film_LayerNorm", self.dtype)(q))
     gamma, beta = film[:, None, None, :d], film[:, None, None, d:]
     feats = nn.gelu(feats * (1.0 + gamma) + beta)
     feats = nn.with_logical_constraint(feats, ("batch", "frames", "length", "embed"))
 
-    query_embed = self.param("query_embed", nn.with_logical_partitioning(nn.initializers.normal(0.02), (None, "embed")),
-                             (k, d))
-    from_q = _dense(k * d, ("embed", "mlp"), "query_from_question", self.dtype)(
-        _layer_norm("q_LayerNorm", self.dtype)(q)).reshape(b, 1, k, d)
-    from_v = _dense(d, ("embed", "mlp"), "query_from_frame", self.dtype)(
-        _layer_norm("vis_LayerNorm", self.dtype)(h_vis))[:, :, None]
+    query_embed = self.param("query_embed", layers.normal(0.02, (None, "embed")), (k, d))
+    from_q = layers.dense(k * d, ("embed", "mlp"), "query_from_question", self.dtype)(
+        layers.layer_norm("q_LayerNorm", self.dtype)(q)).reshape(b, 1, k, d)
+    from_v = layers.dense(d, ("embed", "mlp"), "query_from_frame", self.dtype)(
+        layers.layer_norm("vis_LayerNorm", self.dtype)(h_vis))[:, :, None]
     queries = query_embed.astype(self.dtype)[None, None] + from_q + from_v
     queries = nn.with_logical_constraint(queries, ("batch", "frames", None, "embed"))
 
-    ctx = _layer_norm("ctx_LayerNorm", self.dtype)(feats)
+    ctx = layers.layer_norm("ctx_LayerNorm", self.dtype)(feats)
     queries = queries + CrossAttention(d, self.num_heads, dtype=self.dtype, name="cross_attention")(
-        _layer_norm("attn_LayerNorm", self.dtype)(queries), ctx)
-    h = _dense(self.mlp_dim, ("embed", "mlp"), "mlp_in", self.dtype)(_layer_norm("mlp_LayerNorm", self.dtype)(queries))
-    queries = queries + _dense(d, ("mlp", "embed"), "mlp_out", self.dtype)(nn.gelu(h))
+        layers.layer_norm("attn_LayerNorm", self.dtype)(queries), ctx)
+    h = layers.dense(self.mlp_dim, ("embed", "mlp"), "mlp_in", self.dtype)(
+        layers.layer_norm("mlp_LayerNorm", self.dtype)(queries))
+    queries = queries + layers.dense(d, ("mlp", "embed"), "mlp_out", self.dtype)(nn.gelu(h))
     queries = nn.with_logical_constraint(queries, ("batch", "frames", None, "embed"))
 
-    mask_embed = _dense(d, ("embed", "mlp"), "mask_embed", self.dtype)(
-        _layer_norm("out_LayerNorm", self.dtype)(queries))
-    pixel_embed = _dense(d, ("embed", "mlp"), "pixel_embed", self.dtype)(feats)
+    mask_embed = layers.dense(d, ("embed", "mlp"), "mask_embed", self.dtype)(
+        layers.layer_norm("out_LayerNorm", self.dtype)(queries))
+    pixel_embed = layers.dense(d, ("embed", "mlp"), "pixel_embed", self.dtype)(feats)
     logits = jnp.einsum("btkd,btpd->btkp", mask_embed, pixel_embed) / jnp.sqrt(jnp.asarray(d, self.dtype))
     bias = self.param("mask_bias", nn.with_logical_partitioning(nn.initializers.constant(-2.0), ()), ())
     logits = jnp.max(logits.astype(jnp.float32), axis=2) + bias
@@ -395,28 +385,28 @@ class AnswerHead(nn.Module):
 
   def _normalize_evidence(self, evidence):
     if self.evidence_norm == "joint":
-      return _layer_norm("evidence_LayerNorm", self.dtype, axis_name=None)(evidence)
+      return layers.layer_norm("evidence_LayerNorm", self.dtype, axis=None)(evidence)
     if self.evidence_norm != "grouped":
       raise ValueError(f"config.model.evidence_norm = {self.evidence_norm!r}: expected 'joint' or 'grouped'")
     d = self.feature_dim
     if not (0 < d and d + 5 <= evidence.shape[-1]):
       raise ValueError(f"evidence_norm='grouped' needs 0 < feature_dim and feature_dim + 5 <= the readout width "
                        f"{evidence.shape[-1]}, got feature_dim={d}")
-    parts = [_layer_norm("evidence_feature_LayerNorm", self.dtype, axis_name=None)(evidence[..., :d]),
+    parts = [layers.layer_norm("evidence_feature_LayerNorm", self.dtype, axis=None)(evidence[..., :d]),
              evidence[..., d:d + 5].astype(self.dtype)]
     if evidence.shape[-1] > d + 5:
-      parts.append(_layer_norm("evidence_shape_LayerNorm", self.dtype, axis_name=None)(evidence[..., d + 5:]))
+      parts.append(layers.layer_norm("evidence_shape_LayerNorm", self.dtype, axis=None)(evidence[..., d + 5:]))
     return jnp.concatenate(parts, axis=-1)
 
   @nn.compact
   def __call__(self, option_hidden, evidence, option_valid):
     d = self.dim
-    h = _layer_norm("option_LayerNorm", self.dtype)(option_hidden)
+    h = layers.layer_norm("option_LayerNorm", self.dtype)(option_hidden)
     e = self._normalize_evidence(evidence)
-    x = (_dense(d, ("embed", "mlp"), "option", self.dtype)(h)
-         + _dense(d, (None, "mlp"), "evidence", self.dtype)(e)[:, None])
-    logits = _dense(1, ("mlp", None), "out", self.dtype)(nn.gelu(x))[..., 0]
-    hb = _dense(d, ("embed", "mlp"), "bilinear_option", self.dtype)(h)
-    eb = _dense(d, (None, "mlp"), "bilinear_evidence", self.dtype)(e)
+    x = (layers.dense(d, ("embed", "mlp"), "option", self.dtype)(h)
+         + layers.dense(d, (None, "mlp"), "evidence", self.dtype)(e)[:, None])
+    logits = layers.dense(1, ("mlp", None), "out", self.dtype)(nn.gelu(x))[..., 0]
+    hb = layers.dense(d, ("embed", "mlp"), "bilinear_option", self.dtype)(h)
+    eb = layers.dense(d, (None, "mlp"), "bilinear_evidence", self.dtype)(e)
     logits = logits + jnp.einsum("bcd,bd->bc", hb, eb) / jnp.sqrt(jnp.asarray(d, self.dtype))
     return jnp.where(option_valid > 0, logits.astype(jnp.float32), -1e9)

@@ -31,17 +31,11 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from evqa_jax.models import layers
+
 # Pixel normalisation for uint8 RGB input: (x / 255 - 0.5) / 0.25.
 _PIXEL_MEAN = 0.5
 _PIXEL_STD = 0.25
-
-
-def _conv_init(names):
-  return nn.with_logical_partitioning(nn.initializers.lecun_normal(), names)
-
-
-def _zeros(names):
-  return nn.with_logical_partitioning(nn.initializers.zeros, names)
 
 
 def frame_differences(pixels, num_frames: int, frame_mask=None):
@@ -84,16 +78,14 @@ class ConvBlock(nn.Module):
 
   @nn.compact
   def __call__(self, x, frame_mask=None):
-    h = nn.LayerNorm(dtype=self.dtype, name="LayerNorm",
-                     scale_init=nn.with_logical_partitioning(nn.initializers.ones, ("embed",)),
-                     bias_init=_zeros(("embed",)))(x)
+    h = layers.layer_norm("LayerNorm", self.dtype)(x)
     h = temporal_shift(h, self.num_frames, self.shift_channels, frame_mask)
     h = nn.Conv(self.dim, (3, 3), padding="SAME", dtype=self.dtype, name="conv1",
-                kernel_init=_conv_init((None, None, "embed", "mlp")), bias_init=_zeros(("mlp",)))(h)
+                kernel_init=layers.lecun_normal((None, None, "embed", "mlp")), bias_init=layers.zeros(("mlp",)))(h)
     h = nn.gelu(h)
     h = nn.Conv(self.dim, (3, 3), padding="SAME", dtype=self.dtype, name="conv2",
-                kernel_init=nn.with_logical_partitioning(nn.initializers.zeros, (None, None, "mlp", "embed")),
-                bias_init=_zeros(("embed",)))(h)
+                kernel_init=layers.zeros((None, None, "mlp", "embed")),
+                bias_init=layers.zeros(("embed",)))(h)
     return x + h
 
 
@@ -153,9 +145,9 @@ class FrameEncoder(nn.Module):
       inputs = jnp.concatenate([pixels, frame_differences(pixels, t, frame_mask)], axis=-1)
     x = nn.Conv(self.dim, (self.patch_size, self.patch_size), strides=(self.patch_size, self.patch_size),
                 padding="VALID", dtype=self.dtype, name="patch_embed",
-                kernel_init=_conv_init((None, None, None, "embed")), bias_init=_zeros(("embed",)))(inputs)
-    pos = self.param("pos_embedding", nn.with_logical_partitioning(nn.initializers.normal(0.02),
-                                                                   (None, None, "embed")), (gh, gw, self.dim))
+                kernel_init=layers.lecun_normal((None, None, None, "embed")),
+                bias_init=layers.zeros(("embed",)))(inputs)
+    pos = self.param("pos_embedding", layers.normal(0.02, (None, None, "embed")), (gh, gw, self.dim))
     x = x + pos[None].astype(self.dtype)
     shift = int(round(self.dim * self.temporal_shift))
     for i in range(self.num_blocks):
@@ -164,14 +156,11 @@ class FrameEncoder(nn.Module):
       fh, fw = self.grid
       x = jax.image.resize(x, (b * t, fh, fw, self.dim), method="bilinear")
       stem = nn.Conv(self.dim, (3, 3), strides=(self.stride, self.stride), padding="SAME", dtype=self.dtype,
-                     name="stem", kernel_init=_conv_init((None, None, None, "embed")),
-                     bias_init=_zeros(("embed",)))(inputs)
-      x = x + nn.Dense(self.dim, dtype=self.dtype, name="stem_proj",
-                       kernel_init=_conv_init((None, "embed")), bias_init=_zeros(("embed",)))(nn.gelu(stem))
+                     name="stem", kernel_init=layers.lecun_normal((None, None, None, "embed")),
+                     bias_init=layers.zeros(("embed",)))(inputs)
+      x = x + layers.dense(self.dim, (None, "embed"), "stem_proj", self.dtype)(nn.gelu(stem))
       gh, gw = fh, fw
-    x = nn.LayerNorm(dtype=self.dtype, name="out_LayerNorm",
-                     scale_init=nn.with_logical_partitioning(nn.initializers.ones, ("embed",)),
-                     bias_init=_zeros(("embed",)))(x)
+    x = layers.layer_norm("out_LayerNorm", self.dtype)(x)
     x = x.reshape(b, t, gh * gw, self.dim)
     return nn.with_logical_constraint(x, ("batch", "frames", "length", "embed"))
 

@@ -1,10 +1,68 @@
-"""Layers shared by the encoders: bottleneck adapters and the visual prefix projection."""
+"""Layers shared by the encoders: sharded Dense / LayerNorm / initialisers, bottleneck adapters, the visual prefix.
+
+Every parameter is created with the logical axis names of its dimensions (MaxText `layers/linears.py` style:
+`kernel_axes`), which `config.logical_axis_rules` map onto the mesh. Parameter names and initial values are those of
+plain nn.Dense / nn.LayerNorm, so Hugging Face weight import addresses them by the same names.
+"""
 
 from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+
+
+def normal(stddev: float, axes):
+  """N(0, stddev) initialiser of a parameter whose dimensions carry the logical axis names `axes`."""
+  return nn.with_logical_partitioning(nn.initializers.normal(stddev), axes)
+
+
+def zeros(axes):
+  return nn.with_logical_partitioning(nn.initializers.zeros, axes)
+
+
+def ones(axes):
+  return nn.with_logical_partitioning(nn.initializers.ones, axes)
+
+
+def lecun_normal(axes):
+  return nn.with_logical_partitioning(nn.initializers.lecun_normal(), axes)
+
+
+def dense(features: int, kernel_axes, name: str, dtype: Any, *, stddev: float | None = None,
+          param_dtype: Any = jnp.float32) -> nn.Dense:
+  """nn.Dense `[..., in]` -> `[..., features]`: kernel `[in, features]` on logical axes `kernel_axes`, initialised
+  N(0, stddev) (None: lecun_normal, flax's default), and a zero bias on `kernel_axes[-1:]`."""
+  kernel_axes = tuple(kernel_axes)
+  return nn.Dense(features, dtype=dtype, param_dtype=param_dtype, name=name,
+                  kernel_init=lecun_normal(kernel_axes) if stddev is None else normal(stddev, kernel_axes),
+                  bias_init=zeros(kernel_axes[-1:]))
+
+
+def layer_norm(name: str, dtype: Any, *, epsilon: float = 1e-6, param_dtype: Any = jnp.float32,
+               axis: str | None = "embed", use_fast_variance: bool = True) -> nn.LayerNorm:
+  """nn.LayerNorm over the last dimension (logical axis `axis`): scale ones, bias zeros.
+
+  `use_fast_variance=False` computes the variance as E[(x - mean)^2] instead of E[x^2] - mean^2 (DeBERTa-v2).
+  """
+  return nn.LayerNorm(epsilon=epsilon, dtype=dtype, param_dtype=param_dtype, use_fast_variance=use_fast_variance,
+                      name=name, scale_init=ones((axis,)), bias_init=zeros((axis,)))
+
+
+def encoder_init(cfg, axes):
+  """N(0, cfg.initializer_range) on logical axes `axes`: an encoder config's weight initialiser."""
+  return normal(cfg.initializer_range, axes)
+
+
+def encoder_dense(cfg, features: int, kernel_axes, name: str) -> nn.Dense:
+  """`dense` with an encoder config's init (N(0, cfg.initializer_range)), cfg.dtype and cfg.param_dtype."""
+  return dense(features, kernel_axes, name, stddev=cfg.initializer_range, dtype=cfg.dtype,
+               param_dtype=cfg.param_dtype)
+
+
+def encoder_layer_norm(cfg, name: str, **kwargs) -> nn.LayerNorm:
+  """`layer_norm` with an encoder config's cfg.layer_norm_eps, cfg.dtype and cfg.param_dtype."""
+  return layer_norm(name, epsilon=cfg.layer_norm_eps, dtype=cfg.dtype, param_dtype=cfg.param_dtype, **kwargs)
 
 
 def adapter_init(stddev: float = 1e-3, clip: float = 2e-3):
