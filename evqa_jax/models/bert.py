@@ -22,8 +22,6 @@ Adapters (`use_adapters`): `Adapter` after the attention output dense ("adapter_
 
 import dataclasses
 import functools
-import json
-import os
 from typing import Any, Dict
 
 import flax.linen as nn
@@ -33,18 +31,7 @@ import numpy as np
 
 from evqa_jax.models import hf_utils
 from evqa_jax.models import layers
-from evqa_jax.models.layers import Adapter, VisualProjection
-
-ACTIVATIONS = {
-    "gelu": functools.partial(nn.gelu, approximate=False),
-    "gelu_new": functools.partial(nn.gelu, approximate=True),
-    "gelu_pytorch_tanh": functools.partial(nn.gelu, approximate=True),
-    "gelu_fast": functools.partial(nn.gelu, approximate=True),
-    "relu": nn.relu,
-    "silu": nn.silu,
-    "swish": nn.silu,
-    "tanh": jnp.tanh,
-}
+from evqa_jax.models.layers import ACTIVATIONS, Adapter, VisualProjection
 
 SUPPORTED_MODEL_TYPES = ("bert",)
 
@@ -117,19 +104,8 @@ class BertConfig:
 
   @classmethod
   def from_hf_dir(cls, path: str, **overrides) -> "BertConfig":
-    """Reads `path/config.json` (or `path` itself when it is a json file)."""
-    file = path if path.endswith(".json") else os.path.join(path, "config.json")
-    if not os.path.exists(file):
-      raise FileNotFoundError(f"{file}: Hugging Face config.json not found")
-    with open(file) as f:
-      try:
-        d = json.load(f)
-      except json.JSONDecodeError as e:
-        raise ValueError(f"{file}: invalid JSON: {e}") from e
-    try:
-      return cls.from_dict(d, **overrides)
-    except (TypeError, ValueError) as e:
-      raise ValueError(f"{file}: {e}") from e
+    """Reads `path/config.json` (or `path` itself when it is a file)."""
+    return hf_utils.config_from_hf_dir(cls, path, **overrides)
 
 
 def _constrain(x):

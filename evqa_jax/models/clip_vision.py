@@ -17,8 +17,6 @@ Checkpoints of `CLIPVisionModel` and of the full `CLIPModel` (keys under "vision
 
 import dataclasses
 import functools
-import json
-import os
 from typing import Any, Dict
 
 import flax.linen as nn
@@ -28,17 +26,11 @@ import numpy as np
 
 from evqa_jax.models import hf_utils, layers
 from evqa_jax.models.evidence_heads import HeadProjection
+from evqa_jax.models.layers import ACTIVATIONS
 
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 
-ACTIVATIONS = {
-    "quick_gelu": lambda x: x * jax.nn.sigmoid(1.702 * x),
-    "gelu": functools.partial(nn.gelu, approximate=False),
-    "gelu_new": functools.partial(nn.gelu, approximate=True),
-    "gelu_pytorch_tanh": functools.partial(nn.gelu, approximate=True),
-    "relu": nn.relu,
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,18 +88,8 @@ class CLIPVisionConfig:
 
   @classmethod
   def from_hf_dir(cls, path: str, **overrides) -> "CLIPVisionConfig":
-    file = path if path.endswith(".json") else os.path.join(os.path.expanduser(path), "config.json")
-    if not os.path.exists(file):
-      raise FileNotFoundError(f"{file}: Hugging Face config.json not found")
-    with open(file) as f:
-      try:
-        d = json.load(f)
-      except json.JSONDecodeError as e:
-        raise ValueError(f"{file}: invalid JSON: {e}") from e
-    try:
-      return cls.from_dict(d, **overrides)
-    except (TypeError, ValueError) as e:
-      raise ValueError(f"{file}: {e}") from e
+    """Reads `path/config.json` (or `path` itself when it is a file)."""
+    return hf_utils.config_from_hf_dir(cls, path, **overrides)
 
 
 class CLIPVisionEmbeddings(nn.Module):

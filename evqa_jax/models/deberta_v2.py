@@ -32,10 +32,7 @@ attention/self/query_proj, lm_predictions/lm_head/dense, ...); layers are `layer
 """
 
 import dataclasses
-import functools
-import json
 import math
-import os
 import re
 from typing import Any, Dict, Mapping, Optional, Tuple
 
@@ -45,18 +42,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from evqa_jax.models import hf_utils, layers
-from evqa_jax.models.layers import Adapter, VisualProjection
+from evqa_jax.models.layers import ACTIVATIONS, Adapter, VisualProjection
 
-_ACTIVATIONS = {
-    "gelu": functools.partial(nn.gelu, approximate=False),
-    "gelu_new": functools.partial(nn.gelu, approximate=True),
-    "gelu_pytorch_tanh": functools.partial(nn.gelu, approximate=True),
-    "gelu_fast": functools.partial(nn.gelu, approximate=True),
-    "relu": nn.relu,
-    "tanh": jnp.tanh,
-    "silu": nn.silu,
-    "swish": nn.silu,
-}
 _POS_ATT_TYPES = ("c2p", "p2c")
 # FrozenBiLM's emd_context_layer (and the original DeBERTa MLM) runs the shared last layer twice.
 _EMD_STEPS = 2
@@ -134,9 +121,9 @@ class DebertaV2Config:
                        f"{self.num_attention_heads} != hidden_size {self.hidden_size} (the attention output dense "
                        "of transformers' DeBERTa-v2 takes hidden_size inputs)")
     for field in ("hidden_act", "conv_act"):
-      if getattr(self, field) not in _ACTIVATIONS:
+      if getattr(self, field) not in ACTIVATIONS:
         raise ValueError(f"DebertaV2Config.{field}: unknown activation {getattr(self, field)!r} "
-                         f"(one of {sorted(_ACTIVATIONS)})")
+                         f"(one of {sorted(ACTIVATIONS)})")
     if self.conv_kernel_size > 0 and self.conv_kernel_size % 2 == 0:
       raise ValueError(f"DebertaV2Config.conv_kernel_size must be odd (got {self.conv_kernel_size}): the "
                        "PyTorch ConvLayer pads (k - 1) // 2 on each side")
@@ -191,14 +178,7 @@ class DebertaV2Config:
   @classmethod
   def from_hf_dir(cls, path: str, **overrides) -> "DebertaV2Config":
     """Reads `path`/config.json (or `path` itself when it is a file). The HF `dtype`/`torch_dtype` is ignored."""
-    file = os.path.join(path, "config.json") if os.path.isdir(path) else path
-    if not os.path.exists(file):
-      raise FileNotFoundError(f"{file}: no config.json")
-    with open(file) as f:
-      try:
-        d = json.load(f)
-      except json.JSONDecodeError as e:
-        raise ValueError(f"{file}: invalid JSON: {e}") from e
+    file, d = hf_utils.read_hf_config(path)
     model_type = d.get("model_type")
     if model_type not in (None, "deberta-v2"):
       raise ValueError(f"{file}: model_type is {model_type!r}, expected 'deberta-v2'")
@@ -395,7 +375,7 @@ class DebertaV2Intermediate(nn.Module):
   def __call__(self, x):
     cfg = self.config
     x = layers.encoder_dense(cfg, cfg.intermediate_size, ("embed", "mlp"), "dense")(x)
-    return _ACTIVATIONS[cfg.hidden_act](x)
+    return ACTIVATIONS[cfg.hidden_act](x)
 
 
 class DebertaV2Output(nn.Module):
@@ -438,7 +418,7 @@ class ConvLayer(nn.Module):
                   kernel_init=layers.encoder_init(cfg, (None, None, "embed")),
                   bias_init=layers.zeros(("embed",)))(embeddings)
     m = valid[..., None].astype(out.dtype)
-    out = _ACTIVATIONS[cfg.conv_act](nn.Dropout(cfg.hidden_dropout_prob)(out * m, deterministic=deterministic))
+    out = ACTIVATIONS[cfg.conv_act](nn.Dropout(cfg.hidden_dropout_prob)(out * m, deterministic=deterministic))
     return _layer_norm(cfg, "LayerNorm")(layer_output + out) * m
 
 
@@ -530,7 +510,7 @@ class DebertaV2LMPredictionHead(nn.Module):
     cfg = self.config
     bias = self.param("bias", layers.zeros(("vocab",)), (cfg.vocab_size,), cfg.param_dtype)
     x = layers.encoder_dense(cfg, cfg.hidden_size, ("embed", None), "dense")(x)
-    x = _layer_norm(cfg, "LayerNorm")(_ACTIVATIONS[cfg.hidden_act](x))
+    x = _layer_norm(cfg, "LayerNorm")(ACTIVATIONS[cfg.hidden_act](x))
     if word_embeddings is None:
       return x, None
     logits = jnp.einsum("...h,vh->...v", x, word_embeddings.astype(cfg.dtype)) + bias.astype(cfg.dtype)

@@ -155,6 +155,28 @@ def _read_index(path: str, reader: Callable[[str], Dict[str, np.ndarray]]) -> Di
   return out
 
 
+def read_hf_config(path: str) -> Tuple[str, Dict[str, Any]]:
+  """(file, dict) of a Hugging Face config: `path`/config.json, or `path` itself when it is a file."""
+  path = os.path.expanduser(path)
+  file = path if os.path.isfile(path) else os.path.join(path, "config.json")
+  if not os.path.exists(file):
+    raise FileNotFoundError(f"{file}: Hugging Face config.json not found")
+  with open(file) as f:
+    try:
+      return file, json.load(f)
+    except json.JSONDecodeError as e:
+      raise ValueError(f"{file}: invalid JSON: {e}") from e
+
+
+def config_from_hf_dir(cls, path: str, **overrides):
+  """`cls.from_dict(config.json of path, **overrides)`; a bad field or override is reported with the file's name."""
+  file, d = read_hf_config(path)
+  try:
+    return cls.from_dict(d, **overrides)
+  except (TypeError, ValueError) as e:
+    raise ValueError(f"{file}: {e}") from e
+
+
 def resolve_checkpoint_file(path: str) -> str:
   """The weights file inside a checkpoint directory (or `path` itself when it is a file)."""
   path = os.path.expanduser(path)

@@ -5,11 +5,26 @@ Every parameter is created with the logical axis names of its dimensions (MaxTex
 plain nn.Dense / nn.LayerNorm, so Hugging Face weight import addresses them by the same names.
 """
 
+import functools
 from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+
+
+# Hugging Face activation names (`hidden_act`) -> functions, for every encoder.
+ACTIVATIONS = {
+    "gelu": functools.partial(nn.gelu, approximate=False),
+    "gelu_new": functools.partial(nn.gelu, approximate=True),
+    "gelu_pytorch_tanh": functools.partial(nn.gelu, approximate=True),
+    "gelu_fast": functools.partial(nn.gelu, approximate=True),
+    "quick_gelu": lambda x: x * jax.nn.sigmoid(1.702 * x),
+    "relu": nn.relu,
+    "silu": nn.silu,
+    "swish": nn.silu,
+    "tanh": jnp.tanh,
+}
 
 
 def normal(stddev: float, axes):
