@@ -1,6 +1,6 @@
 """train_and_evaluate(config, workdir): the one training loop every task runs through.
 
-Start-up order: resume from the workdir's newest complete checkpoint, else `config.model.init_from` / the task's
+Start-up order: resume from the workdir's newest complete checkpoint, else `config.pretrained.init_from` / the task's
 pretrained weights, else from scratch. Parameters are created already sharded (eval_shape -> logical partition specs ->
 mesh shardings -> jit(init, out_shardings)). The train step is jitted with donated state. One Orbax CheckpointManager
 saves {train state, data iterator, experiment identity} together, so a restarted job continues at the exact next batch.
@@ -31,18 +31,20 @@ import optax
 import orbax.checkpoint as ocp
 
 from evqa_jax import io as io_lib
-from evqa_jax import tasks as tasks_lib
+from evqa_jax import projects as tasks_lib
 from evqa_jax.data import pipeline
 from evqa_jax.train import durations, partition, sharding
 from evqa_jax.train import writers as writers_lib
 
 # Config entries that must match between a workdir's checkpoint and the config resuming from it.
-_IDENTITY_KEYS = ("task", "model", "data.dir")
+_IDENTITY_KEYS = ("task", "model_name", "model", "pretrained", "trainable", "data.dir")
 
 
 def _config_identity(config) -> dict:
   out = {}
   for key in _IDENTITY_KEYS:
+    if key.split(".")[0] not in config:
+      continue
     node = config
     for part in key.split("."):
       node = node[part]
