@@ -93,6 +93,14 @@ def encoder_config(encoder: str, pc, **overrides):
   return cfg_cls.from_hf_dir(path, **overrides)
 
 
+def lm_overrides(use_adapters: bool, adapter_reduction: int, dropout, dtype_name: str) -> dict:
+  """Encoder-config fields set by a model's adapter, dropout (None: the checkpoint's) and dtype settings."""
+  out = dict(use_adapters=use_adapters, adapter_reduction=adapter_reduction, dtype=dtype(dtype_name))
+  if dropout is not None:
+    out.update(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout, adapter_dropout=dropout)
+  return out
+
+
 def load_encoder_weights(encoder: str, config, path, params):
   """Encoder params (host numpy) with the checkpoint in `path` filled in; unchanged when `path` holds none."""
   if not has_checkpoint(path):

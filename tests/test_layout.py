@@ -40,3 +40,18 @@ def test_every_project_has_the_four_files():
     assert entry.startswith(f"evqa_jax.projects.{name}.task:"), entry
     for f in ("input.py", "model.py", "task.py", "evaluator.py"):
       assert os.path.exists(os.path.join(folder, f)), (name, f)
+
+
+def test_task_never_builds_a_world(tmp_path):
+  """A demo config whose world is missing: building the task raises, naming the directory and the command, and
+  writes nothing (the launch side builds worlds: data_prep.worlds.ensure_synthetic_world)."""
+  import sys
+  import pytest
+  sys.path.insert(0, REPO)
+  from configs import evqa_gen, ovqa_msrvtt, violin
+  from evqa_jax import projects
+  for config in (ovqa_msrvtt.get_config("demo,small"), violin.get_config("small"), evqa_gen.get_config("small")):
+    config.data.dir = str(tmp_path / config.task / "records")
+    with pytest.raises(FileNotFoundError, match=r"config.data.dir = .*records.*python -m data_prep.worlds"):
+      projects.build_task(config)
+    assert not os.path.exists(tmp_path / config.task)

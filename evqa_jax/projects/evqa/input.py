@@ -171,13 +171,3 @@ class Input:
     for key in ("csv", "gt_masks", "mcq"):
       out[key] = os.path.join(self.data_dir, gt[key]) if gt.get(key) else None
     return out
-
-  def ground_truth(self, split: str) -> dict:
-    gt = self.metadata.get("ground_truth", {}).get(split)
-    if gt is None:
-      raise FileNotFoundError(f"{self.data_dir}/metadata.json has no ground_truth entry for split {split!r}: "
-                              "convert it with data_prep.st_evidence, which copies the evaluator ground truth")
-    out = {}
-    for key in ("csv", "gt_masks", "mcq"):
-      out[key] = os.path.join(self.data_dir, gt[key]) if gt.get(key) else None
-    return out

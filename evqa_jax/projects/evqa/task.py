@@ -158,23 +158,6 @@ class Task(base.Task):
       result["mcq_spatial_scores"] = mcq_spatial_scores(out["mask_logits"], batch["mcq_ref"], batch["mcq_masks"])
     return result
 
-  def predict(self, params, batch, aux) -> dict:
-    del aux
-    out = self._apply(params, batch, None, train=False)
-    ec = self.config.eval
-    logit_th = float(np.log(ec.mask_threshold / (1.0 - ec.mask_threshold)))
-    masks = out["mask_logits"] > logit_th
-    b, t, h, w = masks.shape
-    packed = jnp.packbits(masks.reshape(b, t, h * w), axis=-1)
-    result = {"answer_logits": out["answer_logits"], "frame_logits": out["frame_logits"], "masks": packed,
-              "frame_times": batch["frame_times"], "frame_mask": batch["frame_mask"]}
-    if "mcq_segments" in batch:
-      result["mcq_temporal_scores"] = mcq_temporal_scores(
-          out["frame_logits"], batch["frame_times"], batch["frame_mask"], batch["fps"], batch["mcq_segments"],
-          batch["mcq_segments_len"])
-      result["mcq_spatial_scores"] = mcq_spatial_scores(out["mask_logits"], batch["mcq_ref"], batch["mcq_masks"])
-    return result
-
   # -- evaluation (evaluator.py) --------------------------------------------------------------------------------
   def evaluate(self, split: str, outputs: dict, out_dir: str) -> dict:
     return evaluator.evaluate(self.input, split, outputs, out_dir, self.config.eval)

@@ -74,11 +74,7 @@ class Model(nn.Module):
   @property
   def lm_config(self):
     """`encoder_config` with this model's adapter, dropout and dtype settings."""
-    overrides = dict(use_adapters=self.use_adapters, adapter_reduction=self.adapter_reduction,
-                     dtype=pretrained.dtype(self.dtype))
-    if self.dropout is not None:
-      overrides.update(hidden_dropout_prob=self.dropout, attention_probs_dropout_prob=self.dropout,
-                       adapter_dropout=self.dropout)
+    overrides = pretrained.lm_overrides(self.use_adapters, self.adapter_reduction, self.dropout, self.dtype)
     return dataclasses.replace(self.encoder_config, **overrides)
 
   def setup(self):
