@@ -306,8 +306,6 @@ class BenchTask:
 
 def build_jax(model: str, args, config, hf_dir: str, batch, aux):
   """-> dict(steps, state, batch, aux, task): the trainer's StepFns on a 1-device mesh, params from `hf_dir`."""
-  import jax
-  import jax.numpy as jnp
   from evqa_jax.models import encoders
   from evqa_jax.projects.ovqa.model import Model
   from evqa_jax.train import partition, sharding, trainer

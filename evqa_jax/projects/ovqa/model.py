@@ -11,7 +11,6 @@ import dataclasses
 from typing import Any, Optional
 
 import flax.linen as nn
-import jax
 import jax.numpy as jnp
 import jraph
 
