@@ -44,7 +44,9 @@ setup(
     name="evqa-jax",
     version="0.1.0",
     description="Open-vocabulary, inference and evidence-backed video QA in JAX/Flax",
-    packages=find_packages(include=["evqa_jax", "evqa_jax.*", "data_prep", "data_prep.*"]),
+    # data_prep/ (converters, synthetic worlds) are scripts run from the repository (launch/ puts it on sys.path);
+    # the library never imports them.
+    packages=find_packages(include=["evqa_jax", "evqa_jax.*"]),
     python_requires=">=3.10",
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS,

@@ -39,7 +39,7 @@ from evqa_jax.evaluate import json_safe
 from evqa_jax.evaluate import st_evidence as st_eval
 from evqa_jax.evaluate import st_evidence_mcq as mcq_eval
 from evqa_jax.metrics import st_evidence as st
-from evqa_jax.tasks import evqa as evqa_task
+from evqa_jax.projects.evqa import evaluator as evqa_task
 
 MASKS = ("empty", "box", "full")
 

@@ -3,7 +3,7 @@
     python benchmarks/gpu_mfu.py                      # one accelerator, paper shapes, batch 32: < 5 minutes
     python benchmarks/gpu_mfu.py --tiny               # same architecture at toy size: runs on CPU (tests)
 
-Builds configs/ovqa_msrvtt.py:bf16 with model.shape = the xlarge shapes and random weights (no checkpoint), on the
+Builds configs/ovqa_msrvtt.py:bf16 with pretrained.shape = the xlarge shapes and random weights (no checkpoint), on the
 built-in small synthetic world's records and answer graph (real [10, 768] video features, 256 tokens). The step is
 the trainer's own (trainable adapters/LayerNorms/verbalizer, frozen LM, Adam). FLOPs per step are XLA's count for the
 compiled step (per device x devices); MFU = FLOPs per step / step time / (peak FLOP/s per device x devices), with

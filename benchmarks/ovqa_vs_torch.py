@@ -15,7 +15,7 @@ The head is the open-vocabulary one: [MASK] feature . mean frozen word embedding
 
 JAX side: `evqa_jax.train.steps.StepFns` (the jitted `train_step` the trainer runs: gradients for the trainable
 subtree only, Adam state only for it, donated state; `eval_step` = predict = top-5) with the OVQA task's own
-`loss` / `predict` / `_logits` (evqa_jax.tasks.ovqa.OVQATask), dropout on in training.
+`loss` / `predict` / `_logits` (evqa_jax.projects.ovqa.task.Task), dropout on in training.
 PyTorch side: `BertForMaskedLM` / `DebertaV2ForMaskedLM` (transformers, default attention implementation) +
 adapters as forward hooks adding x + up(dropout(relu(down(x)))) after attention.output.dense and output.dense,
 visual prefix through `inputs_embeds = concat(visual_proj(video), word_embeddings(ids))`, the same freezing
@@ -52,7 +52,7 @@ DEBERTA_XSMALL = dict(
     hidden_act="gelu", max_position_embeddings=512, type_vocab_size=0, layer_norm_eps=1e-7, relative_attention=True,
     max_relative_positions=-1, position_buckets=256, pos_att_type=["p2c", "c2p"], share_att_key=True,
     norm_rel_ebd="layer_norm", position_biased_input=False, pad_token_id=0)
-ANSWER_PAD = 64  # the demo config's verbalizer.pad_multiple, which also pads the answer vocabulary
+ANSWER_PAD = 64  # the demo config's graph.pad_multiple, which also pads the answer vocabulary
 MAX_SUBWORDS = 5
 TOTAL_STEPS = 1000  # only shapes the LR schedule
 
@@ -228,7 +228,7 @@ class TorchRunner:
                                                                                      "label") else v)
               for k, v in batch.items()}
     self.aux = {k: torch.from_numpy(v.astype("int64") if v.dtype.kind in "iu" else v) for k, v in aux.items()}
-    self.params = torch_freeze(ovqa, config.model.trainable)
+    self.params = torch_freeze(ovqa, config.trainable)
     oc = config.optim
     self.clip = oc.grad_clip
     self.opt = torch.optim.Adam(self.params, lr=oc.lr, betas=(oc.b1, oc.b2), eps=oc.eps, foreach=True)
@@ -275,9 +275,9 @@ class TorchRunner:
 
 
 class BenchTask:
-  """The OVQA task's model, loss and predict (borrowed from OVQATask) without a dataset on disk."""
+  """The OVQA task's model, loss and predict (borrowed from the OVQA Task) without a dataset on disk."""
 
-  from evqa_jax.tasks.ovqa import OVQATask as _T  # pylint: disable=import-outside-toplevel
+  from evqa_jax.projects.ovqa.task import Task as _T  # pylint: disable=import-outside-toplevel
 
   _logits = _T._logits
   loss = _T.loss
@@ -286,13 +286,12 @@ class BenchTask:
   def __init__(self, config, model, aux, batch):
     self.config = config
     self.model = model
-    self.head = "open"
     self._aux = aux
     self._batch1 = {k: v[:1] for k, v in batch.items()}
 
   @property
   def trainable_patterns(self):
-    return tuple(self.config.model.trainable)
+    return tuple(self.config.trainable)
 
   def aux_logical_axes(self):
     return None
@@ -307,21 +306,19 @@ class BenchTask:
 
 def build_jax(model: str, args, config, hf_dir: str, batch, aux):
   """-> dict(steps, state, batch, aux, task): the trainer's StepFns on a 1-device mesh, params from `hf_dir`."""
-  import jax
-  import jax.numpy as jnp
   from evqa_jax.models import encoders
-  from evqa_jax.models.ovqa_model import OVQAModel
+  from evqa_jax.projects.ovqa.model import Model
   from evqa_jax.train import partition, sharding
   from evqa_jax.train import steps as steps_lib
 
   encoder = "bert" if model == "minilm" else "deberta_v2"
-  overrides = dict(num_visual_tokens=args.frames, visual_dim=args.visual_dim, use_adapters=True,
-                   adapter_reduction=8, dtype=jnp.float32, hidden_dropout_prob=args.dropout,
-                   attention_probs_dropout_prob=args.dropout, adapter_dropout=args.dropout)
+  overrides = dict(num_visual_tokens=args.frames, visual_dim=args.visual_dim)
   cfg_cls = encoders.config_class(encoder)
-  enc_cfg = (cfg_cls.from_hf_dir(hf_dir, **overrides) if model == "minilm"
-             else cfg_cls.from_dict(DEBERTA_XSMALL, **overrides))
-  ovqa = OVQAModel(encoder=encoder, encoder_config=enc_cfg, head="open", verbalizer=None)
+  base_cfg = (cfg_cls.from_hf_dir(hf_dir, **overrides) if model == "minilm"
+              else cfg_cls.from_dict(DEBERTA_XSMALL, **overrides))
+  ovqa = Model(encoder=encoder, head="open", use_adapters=True, adapter_reduction=8, dropout=args.dropout,
+               dtype="float32", encoder_config=base_cfg, verbalizer=None)
+  enc_cfg = ovqa.lm_config
   task = BenchTask(config, ovqa, aux, batch)
   mesh = sharding.make_mesh(config.mesh_shape, config.mesh_axes)
   rules = config.logical_axis_rules

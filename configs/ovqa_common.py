@@ -33,24 +33,31 @@ def ovqa_config(dataset: str, arg, cvqa_topk: int) -> ml_collections.ConfigDict:
       dir=f"~/data/evqa/ovqa/{dataset}/records",
       synthetic="",  # demo: the preset of the built-in synthetic world to generate when dir is empty
       train_split="train", eval_splits=("test",), num_frames=10, max_tokens=256, use_subtitles=True,
+      cvqa_topk=cvqa_topk,  # CVQA: the answer set is the top-k train answers
+      answer_max_subwords=5,  # answer encoder: mean over at most this many sub-words
       worker_count=0, on_corrupt="raise"))
 
+  # Model(**config.model) in evqa_jax/projects/ovqa/model.py: these keys are the model's fields.
   c.model = ml_collections.ConfigDict(dict(
-      encoder="deberta_v2",
-      pretrained="~/models/deberta-v2-xlarge",  # local Hugging Face checkpoint directory
+      encoder="deberta_v2", head="open",
+      use_adapters=True, adapter_reduction=8, dropout=0.1, dtype="float32"))
+
+  c.pretrained = ml_collections.ConfigDict(dict(
+      dir="~/models/deberta-v2-xlarge",  # local Hugging Face checkpoint directory
       tokenizer="",  # default: the pretrained directory
       init_from="",  # FrozenBiLM checkpoint (PyTorch state dict), as OVQA's fine-tuning starts from it
       # Explicit architecture (a dict such as DEBERTA_V2_XLARGE) for building without a checkpoint directory, as the
-      # benchmarks and the AOT check do; None: read config.json from `pretrained`.
-      shape=None,
-      use_adapters=True, adapter_reduction=8, dropout=0.1, dtype="float32",
-      head="open", cvqa_topk=cvqa_topk, answer_max_subwords=5,
-      trainable=("visual_proj", "adapter", "LayerNorm", "verbalizer", "cvqa_head")))
+      # benchmarks and the AOT check do; None: read config.json from `dir`.
+      shape=None))
+  c.trainable = ("visual_proj", "adapter", "LayerNorm", "verbalizer", "cvqa_head")  # regexes; the rest is frozen
 
+  # The GNN soft verbalizer: the fields of evqa_jax.models.verbalizer.Verbalizer (Table 5 variant, Eq. 7's eps).
   c.verbalizer = ml_collections.ConfigDict(dict(
       variant="E",  # Table 5: A none, B hard, C soft, D graph + mean, E graph + learned GNN
       eps=0.7, eps_base_fixed=False,  # False: the paper's one eps; True: authors' code, base answers at eps = 1
-      num_layers=2, k=10, hops=2, min_sim=0.0, max_nodes=0, max_edges=0, pad_multiple=128))
+      num_layers=2))
+  # Answer graphs (data_prep/answer_graphs.py: k neighbours, hops) and their static padding budget.
+  c.graph = ml_collections.ConfigDict(dict(k=10, hops=2, min_sim=0.0, max_nodes=0, max_edges=0, pad_multiple=128))
 
   if "baseline" in variants:  # FrozenBiLM+ without the verbalizer (Table 5 A / Table 8 eps = 1)
     c.verbalizer.variant = "A"
@@ -69,9 +76,9 @@ def ovqa_config(dataset: str, arg, cvqa_topk: int) -> ml_collections.ConfigDict:
     c.data.synthetic = "small" if small else "default"
     c.data.max_tokens = 32  # the prompt fits; long subtitles are cut
     c.model.encoder = "bert"
-    c.model.pretrained = "pkg:minilm"
+    c.pretrained.dir = "pkg:minilm"
     # MiniLM ships no MLM head: its transform starts from scratch, so it trains too.
-    c.model.trainable = tuple(c.model.trainable) + ("predictions/transform",)
+    c.trainable = tuple(c.trainable) + ("predictions/transform",)
     c.optim.lr = 1e-3
     c.optim.grad_clip = 1.0
     # 4 epochs (625 steps): at 2, FrozenBiLM+ ended between mAcc 41 and 68 depending on the seed (README seed study).
@@ -79,7 +86,7 @@ def ovqa_config(dataset: str, arg, cvqa_topk: int) -> ml_collections.ConfigDict:
     c.eval_every_epochs = None
     c.checkpoint_every_epochs = 1
     c.log_every_steps = 20
-    c.verbalizer.pad_multiple = 64
+    c.graph.pad_multiple = 64
   if "small" in variants:  # tests: tiny world, a handful of steps
     c.batch_size = 8
     c.eval_batch_size = 16

@@ -45,22 +45,23 @@ def violin_config(arg, config_file: str = "configs/violin.py") -> ml_collections
       text_cache_batch_size=64,
       worker_count=0, on_corrupt="raise"))
 
+  # model_class(config)(**config.model) in evqa_jax/projects/violin/model.py: these keys are the model's fields.
+  c.model_name = "baseline"  # baseline | crossmodal
   c.model = ml_collections.ConfigDict(dict(
-      name="baseline",  # baseline | crossmodal
       encoder="bert",
-      pretrained="~/models/bert-base-uncased",  # local HF checkpoint (the authors: BERT-base fine-tuned on VIOLIN)
-      tokenizer="",  # default: the pretrained directory
-      shape=None,  # explicit encoder architecture (tests); default: the checkpoint's config.json
-      encoder_seed=0,  # init of encoder parameters absent from the checkpoint (all of them without one)
       text_features="online",  # online: the frozen encoder runs in the step; cached: run once per text, on disk
       use_video=True, use_subtitles=True,  # Table 3 inputs; both False = statement only
       single_frame=False,  # Table 3 "SglFrm": only the middle valid frame
       middle_frame="lower",  # lower: index (len-1)//2 (ours); authors: len//2 (their violin_dataset.py)
       subtitle_lstm=False,  # the authors project BERT subtitle features without an LSTM
       hsize1=150, hsize2=300, embed_size=768,  # baseline widths: video LSTM / fusion LSTM / video projection
-      use_adapters=False,  # crossmodal: adapters in every LM layer (trainable)
-      dropout=0.5, dtype="float32",
-      trainable=("^baseline/",)))  # everything else (text_encoder/) is frozen
+      dropout=0.5, dtype="float32"))
+  c.pretrained = ml_collections.ConfigDict(dict(
+      dir="~/models/bert-base-uncased",  # local HF checkpoint (the authors: BERT-base fine-tuned on VIOLIN)
+      tokenizer="",  # default: the pretrained directory
+      shape=None,  # explicit encoder architecture (tests); default: the checkpoint's config.json
+      encoder_seed=0))  # init of encoder parameters absent from the checkpoint (all of them without one)
+  c.trainable = ("^baseline/",)  # everything else (text_encoder/) is frozen
 
   c.optim = ml_collections.ConfigDict(dict(
       name="adam_l2", lr=3e-4, b1=0.9, b2=0.999, eps=1e-8, weight_decay=1e-5,
@@ -69,13 +70,15 @@ def violin_config(arg, config_file: str = "configs/violin.py") -> ml_collections
   if "crossmodal" in variants:
     # The modern alternative: one BERT-family LM over [video tokens; statement [SEP] subtitles] + a classifier;
     # visual projection, adapters, LayerNorms and the head train, the rest of the LM stays frozen.
-    c.model.name = "crossmodal"
-    c.model.dropout = 0.1
-    c.model.use_adapters = True
-    c.model.trainable = ("visual_proj", "visual_in", "adapter", "LayerNorm", "cls_head")
+    c.model_name = "crossmodal"
+    c.model = ml_collections.ConfigDict(dict(
+        encoder="bert", use_video=True, use_subtitles=True, single_frame=False, middle_frame="lower",
+        use_adapters=True,  # adapters in every LM layer (trainable)
+        dropout=0.1, dtype="float32"))
+    c.trainable = ("visual_proj", "visual_in", "adapter", "LayerNorm", "cls_head")
     c.data.max_frames = 32
     c.optim.lr = 5e-5
-  if "cached" in variants:
+  if "cached" in variants and c.model_name == "baseline":  # crossmodal: one joint encoder, nothing to cache
     c.model.text_features = "cached"
   if "bf16" in variants:
     c.model.dtype = "bfloat16"
@@ -94,9 +97,10 @@ def violin_config(arg, config_file: str = "configs/violin.py") -> ml_collections
     # dominate the CPU time, so the demo narrows the baseline (LSTMs 64 / 128 per direction, video projection 256
     # instead of 150 / 300 / 768; same architecture) and trains 8 epochs (1128 steps of 32 pairs): 1-4 minutes
     # per run on 2 shared cores (the video stream needs the epochs: it has to learn to align words with frames).
-    c.model.pretrained = "pkg:minilm"
-    c.model.text_features = "cached" if c.model.name == "baseline" else "online"
-    c.model.hsize1, c.model.hsize2, c.model.embed_size = 64, 128, 256
+    c.pretrained.dir = "pkg:minilm"
+    if c.model_name == "baseline":
+      c.model.text_features = "cached"
+      c.model.hsize1, c.model.hsize2, c.model.embed_size = 64, 128, 256
     c.batch_size = 32
     c.eval_batch_size = 150
     c.optim.lr = 1e-3
@@ -110,10 +114,11 @@ def violin_config(arg, config_file: str = "configs/violin.py") -> ml_collections
     c.data.max_frames = 6
     c.data.max_statement_tokens = 16
     c.data.max_subtitle_tokens = 24  # truncates the subtitles: the plumbing is tested, not the world's facts
-    c.model.pretrained = ""
-    c.model.tokenizer = "pkg:minilm"
-    c.model.shape = ml_collections.ConfigDict(TINY_BERT)
-    c.model.hsize1, c.model.hsize2, c.model.embed_size = 4, 8, 8
+    c.pretrained.dir = ""
+    c.pretrained.tokenizer = "pkg:minilm"
+    c.pretrained.shape = ml_collections.ConfigDict(TINY_BERT)
+    if c.model_name == "baseline":
+      c.model.hsize1, c.model.hsize2, c.model.embed_size = 4, 8, 8
     c.model.dropout = 0.1
     c.optim.lr = 3e-3
     c.batch_size = 8

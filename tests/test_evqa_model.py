@@ -14,8 +14,8 @@ from configs import common
 from evqa_jax.models import bert
 from evqa_jax.models import clip_vision
 from evqa_jax.models import evidence_heads
-from evqa_jax.models import evqa_model
-from evqa_jax.models import frame_encoder
+from evqa_jax.projects.evqa import model as evqa_model
+from evqa_jax.projects.evqa import frame_encoder
 from evqa_jax.train import sharding
 
 
@@ -293,9 +293,9 @@ def _tiny_model():
   frame_cfg = dict(dim=8, patch_size=4, num_blocks=1, output_stride=2)
   enc = bert.BertConfig.from_dict(TINY_BERT, num_visual_tokens=4, visual_dim=16, use_adapters=True,
                                   adapter_reduction=4, adapter_dropout=0.0)
-  return evqa_model.EVQAModel(encoder="bert", encoder_config=enc, frame_encoder="conv", frame_config=frame_cfg,
-                              image_size=(16, 16), temporal_dim=16, seg_dim=8, seg_heads=2, seg_mlp_dim=16,
-                              answer_dim=16)
+  return evqa_model.Model(encoder="bert", encoder_config=enc, use_adapters=True, adapter_reduction=4, dropout=None,
+                          frame_encoder="conv", frame=frame_cfg, image_size=(16, 16), temporal_dim=16, seg_dim=8,
+                          seg_heads=2, seg_mlp_dim=16, answer_dim=16)
 
 
 def _tiny_batch(b=4, seed=0):

@@ -25,9 +25,9 @@ def tiny_config(data_dir):
   from configs import ovqa_msrvtt
   c = ovqa_msrvtt.get_config("demo,small")
   c.data.dir = str(data_dir)
-  c.model.pretrained = ""
-  c.model.tokenizer = "pkg:minilm"
-  c.model.shape = ml_collections.ConfigDict(dict(
+  c.pretrained.dir = ""
+  c.pretrained.tokenizer = "pkg:minilm"
+  c.pretrained.shape = ml_collections.ConfigDict(dict(
       vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
       max_position_embeddings=64))
   c.verbalizer.variant = "A"
@@ -139,9 +139,9 @@ def test_workdir_of_another_experiment(data, tmp_path):
   result = train(tiny_config(data), work)
   assert result["step"] == 1 and np.isfinite(result["train"]["loss"])
   other = tiny_config(data)
-  other.model.shape.hidden_size = 48
-  other.model.shape.intermediate_size = 96
-  with pytest.raises(ValueError, match=r"holds a checkpoint of another experiment.*model\.shape\.hidden_size "
+  other.pretrained.shape.hidden_size = 48
+  other.pretrained.shape.intermediate_size = 96
+  with pytest.raises(ValueError, match=r"holds a checkpoint of another experiment.*pretrained\.shape\.hidden_size "
                                        r"\(checkpoint: 32, config: 48\)"):
     train(other, work)
   # Without config.json the identity stored inside the checkpoint still catches it.

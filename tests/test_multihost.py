@@ -25,9 +25,9 @@ TINY_CONFIG = textwrap.dedent("""
 
     def get_config(arg=None):
       c = ovqa_msrvtt.get_config("demo,small")
-      c.model.pretrained = ""              # random weights: a 2-layer, 32-wide BERT with MiniLM's tokenizer
-      c.model.tokenizer = "pkg:minilm"
-      c.model.shape = ml_collections.ConfigDict(dict(
+      c.pretrained.dir = ""              # random weights: a 2-layer, 32-wide BERT with MiniLM's tokenizer
+      c.pretrained.tokenizer = "pkg:minilm"
+      c.pretrained.shape = ml_collections.ConfigDict(dict(
           vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
           max_position_embeddings=64))
       c.verbalizer.variant = "A"

@@ -55,13 +55,16 @@ def runs(tmp_path_factory):
                           f"--workdir={one}"], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          text=True)
   import jax
+  from data_prep import worlds
   from evqa_jax.train import train_and_evaluate
   assert jax.device_count() == 8
   eight = str(root / "eight_devices")
   cwd = os.getcwd()
   os.chdir(REPO)  # the demo config names its data directory relative to the repository
   try:
-    result = train_and_evaluate(_load_config(str(cfg), "mesh42"), eight)
+    config = _load_config(str(cfg), "mesh42")
+    worlds.ensure_synthetic_world(config)  # the launch side's job; the library never builds data
+    result = train_and_evaluate(config, eight)
   finally:
     os.chdir(cwd)
   out = ref.communicate(timeout=600)[0]

@@ -12,8 +12,8 @@ import pytest
 
 from evqa_jax import pretrained
 from evqa_jax.models.bert import BertConfig
-from evqa_jax.models.violin_baseline import paired_loss, violin_accuracy
-from evqa_jax.models.violin_crossmodal import TRAINABLE_PATTERNS, ViolinCrossModal, pack_statement_subtitles
+from evqa_jax.projects.violin.baseline import paired_loss, violin_accuracy
+from evqa_jax.projects.violin.crossmodal import TRAINABLE_PATTERNS, ViolinCrossModal, pack_statement_subtitles
 from evqa_jax.train import partition
 from scan_training import scan_train
 

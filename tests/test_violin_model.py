@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from evqa_jax.models.lstm import BiLSTM, torch_lstm_to_flax
-from evqa_jax.models.violin_baseline import (ViolinBaseline, masked_dot_attention, middle_frame_index, paired_loss,
+from evqa_jax.projects.violin.baseline import (ViolinBaseline, masked_dot_attention, middle_frame_index, paired_loss,
                                              params_from_authors_state_dict, violin_accuracy)
 from scan_training import scan_train
 

@@ -44,6 +44,22 @@ def _metadata_lock(out_dir: str):
     yield
 
 
+def require_records(config, task_name: str, convert_command: str, demo_config: str) -> None:
+  """Raises FileNotFoundError naming config.data.dir and the command that fills it when it holds no records (the
+  library never generates data; the synthetic worlds are built by the launch side, data_prep.worlds)."""
+  if os.path.exists(os.path.join(os.path.expanduser(config.data.dir), METADATA_FILE)):
+    return
+  if config.data.get("synthetic"):
+    raise FileNotFoundError(
+        f"config.data.dir = {config.data.dir!r} holds no records yet: config.data.synthetic = "
+        f"{config.data.synthetic!r} names a built-in synthetic world, which launch/train.py builds before training; "
+        f"build it alone with `python -m data_prep.worlds --config={demo_config}` (your config file and variant)")
+  raise FileNotFoundError(
+      f"config.data.dir = {config.data.dir!r} holds no converted {task_name} records (no metadata.json). Convert "
+      f"the release first:\n  {convert_command}\nor run the demo variant (--config={demo_config}) on the built-in "
+      "synthetic world.")
+
+
 def load_metadata(out_dir: str) -> dict:
   """Contents of DIR/metadata.json ({} when the file does not exist yet)."""
   path = os.path.join(out_dir, METADATA_FILE)

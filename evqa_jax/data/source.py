@@ -191,3 +191,22 @@ class TFRecordDataSource:
     shown = names if len(names) <= 3 else [names[0], "...", names[-1]]
     return (f"TFRecordDataSource(files={shown}, num_files={len(names)}, num_records={len(self)}, "
             f"fields={sorted(self.spec)}, on_corrupt={self.on_corrupt!r})")
+
+
+class IndexedSource:
+  """A record source whose examples also carry `index` (int64: the record's position in the split), for records
+  that store no index field (VIOLIN, E-VQA)."""
+
+  def __init__(self, source):
+    self.source = source
+
+  def __len__(self) -> int:
+    return len(self.source)
+
+  def __getitem__(self, index: int) -> dict:
+    example = dict(self.source[index])
+    example["index"] = np.int64(index)
+    return example
+
+  def __repr__(self) -> str:
+    return f"IndexedSource({self.source!r})"

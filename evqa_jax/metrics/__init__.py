@@ -1,6 +1,6 @@
 """Benchmark metrics with the exact semantics of REFERENCE.md; plain numpy, no JAX needed.
 
-Shared by training-time evaluation (`evqa_jax.tasks`) and the command-line evaluators (`evqa_jax.evaluate`):
+Shared by training-time evaluation (`evqa_jax.projects`) and the command-line evaluators (`evqa_jax.evaluate`):
   ovqa         answer categories, per-category accuracy, mAcc, BNG, Table 1 statistics
   st_evidence  ST-Evidence-Gen answer / temporal / mask (J, F) metrics, ST-Evidence-MCQ, DAVIS-2017 aggregation
   violin       VIOLIN statement accuracy

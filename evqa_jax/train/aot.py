@@ -15,7 +15,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from evqa_jax import tasks as tasks_lib
+from evqa_jax import projects as tasks_lib
 from evqa_jax.train import partition, sharding
 from evqa_jax.train import steps as steps_lib
 

@@ -1,7 +1,7 @@
 """train_and_evaluate(config, workdir): the one training loop every task runs through.
 
 Start-up order: resume from the workdir's newest complete checkpoint (checkpointing.py), else
-`config.model.init_from` / the task's pretrained weights, else from scratch. The state and the jitted steps come from
+`config.pretrained.init_from` / the task's pretrained weights, else from scratch. The state and the jitted steps come from
 steps.py, the workdir's experiment identity from workdir.py, train_history.jsonl from history.py and the evaluation
 passes from evaluation.py; this file holds the start-up checks and the loop.
 
@@ -17,7 +17,7 @@ import jax
 import numpy as np
 
 from evqa_jax import io as io_lib
-from evqa_jax import tasks as tasks_lib
+from evqa_jax import projects as tasks_lib
 from evqa_jax.data import pipeline
 from evqa_jax.train import checkpointing, durations, evaluation, partition, sharding
 from evqa_jax.train import history as history_lib

@@ -14,16 +14,19 @@ from jax.experimental import multihost_utils
 from evqa_jax import io as io_lib
 
 # Config entries that must match between a workdir's checkpoint and the config resuming from it.
-_IDENTITY_KEYS = ("task", "model", "data.dir")
+_IDENTITY_KEYS = ("task", "model_name", "model", "pretrained", "trainable", "data.dir")
 
 
 def config_identity(config) -> dict:
   out = {}
   for key in _IDENTITY_KEYS:
+    if key.split(".")[0] not in config:
+      continue
     node = config
     for part in key.split("."):
       node = node[part]
-    out[key] = json.loads(node.to_json()) if hasattr(node, "to_json") else node
+    # Through JSON either way: the identity is compared with the one read back from a checkpoint (tuples -> lists).
+    out[key] = json.loads(node.to_json()) if hasattr(node, "to_json") else json.loads(json.dumps(node))
   return out
 
 

@@ -25,14 +25,16 @@ silhouette (`evidence_heads.evidence_readout`). One pass instead of C passes cos
 answer to the evidence the model shows, which is the point of E-VQA.
 """
 
+import dataclasses
 from typing import Any, Optional, Tuple
 
 import flax.linen as nn
 import jax.numpy as jnp
 
+from evqa_jax import pretrained
 from evqa_jax.models import encoders
 from evqa_jax.models import evidence_heads
-from evqa_jax.models import frame_encoder as frame_encoder_lib
+from evqa_jax.projects.evqa import frame_encoder as frame_encoder_lib
 
 
 def masked_mean(hidden, mask):
@@ -43,17 +45,20 @@ def masked_mean(hidden, mask):
   return jnp.einsum("bcl,blh->bch", mask, hidden) / jnp.maximum(jnp.sum(mask, -1, keepdims=True), 1.0)
 
 
-class EVQAModel(nn.Module):
-  """See the module docstring.
+class Model(nn.Module):
+  """See the module docstring. Built as `Model(**config.model, encoder_config=..., clip_config=..., image_size=...)`:
+  the fields down to `evidence_norm` are `config.model`; the rest come from the checkpoints and the records.
 
   Attributes:
     encoder: cross-modal encoder name in `evqa_jax.models.encoders` ("bert").
-    encoder_config: its config (num_visual_tokens = T, visual_dim = 2 * frame feature dim).
+    num_layers: > 0: keep only the first N encoder layers.
+    use_adapters, adapter_reduction: adapters in every encoder layer.
+    dropout: encoder and adapter dropout (None: the checkpoint's).
+    dtype: compute dtype name ("float32", "bfloat16").
     frame_encoder: "conv" or "clip".
-    frame_config: kwargs of `FrameEncoder` (conv) or a `CLIPVisionConfig` (clip).
-    image_size: (H, W) of the frames; masks are produced at this size.
+    frame: kwargs of the conv `FrameEncoder` (frame_encoder="conv").
     temporal_dim, seg_dim, seg_heads, seg_mlp_dim, num_queries, answer_dim: head sizes.
-    use_evidence_readout: condition the answer head on the evidence readout (else on zeros).
+    evidence_readout: condition the answer head on the evidence readout (else on zeros).
     shape_window, shape_radius: the readout's silhouette lattice (S x S samples over +-radius grid cells; 0 = none).
     frame_descriptors: give the temporal head what the mask shows in each frame (`evidence_heads.frame_descriptors`).
     factorized_masks: mask_logits = logit(p(frame is evidence) * p(pixel is the object)): the segmentation head only
@@ -61,49 +66,73 @@ class EVQAModel(nn.Module):
       (`evidence_heads.factorized_mask_logits`). grid_logits stay the segmentation head's own.
     question_heads: attention-pooling heads of the question summary q (`evidence_heads.QuestionPool`).
     evidence_norm: "joint" (one LayerNorm over the readout) or "grouped" (`evidence_heads.AnswerHead`).
+    encoder_config: the encoder checkpoint's architecture with the visual prefix (num_visual_tokens = T,
+      visual_dim = 2 * frame feature dim); `lm_config` adds this model's layer, adapter, dropout and dtype fields.
+    clip_config: the `CLIPVisionConfig` (frame_encoder="clip").
+    image_size: (H, W) of the frames; masks are produced at this size.
   """
-  encoder: str
-  encoder_config: Any
+  encoder: str = "bert"
+  num_layers: int = 0
+  use_adapters: bool = True
+  adapter_reduction: int = 8
+  dropout: Optional[float] = 0.1
+  dtype: str = "float32"
   frame_encoder: str = "conv"
-  frame_config: Any = None
-  image_size: Tuple[int, int] = (64, 64)
+  frame: Optional[Any] = None
   temporal_dim: int = 128
   seg_dim: int = 64
   seg_heads: int = 4
   seg_mlp_dim: int = 128
   num_queries: int = 2
   answer_dim: int = 128
-  use_evidence_readout: bool = True
+  evidence_readout: bool = True
   shape_window: int = 0
   shape_radius: float = 0.0
   frame_descriptors: bool = False
   factorized_masks: bool = False
   question_heads: int = 4
   evidence_norm: str = "joint"
-  dtype: Any = jnp.float32
+  encoder_config: Any = None
+  clip_config: Any = None
+  image_size: Tuple[int, int] = (64, 64)
+
+  @property
+  def frame_config(self):
+    """kwargs of `FrameEncoder` (conv) or the `CLIPVisionConfig` (clip)."""
+    return dict(self.frame or {}) if self.frame_encoder == "conv" else self.clip_config
+
+  @property
+  def lm_config(self):
+    """`encoder_config` with this model's layer count, adapter, dropout and dtype settings."""
+    overrides = pretrained.lm_overrides(self.use_adapters, self.adapter_reduction, self.dropout, self.dtype)
+    if self.num_layers:
+      overrides["num_hidden_layers"] = self.num_layers
+    return dataclasses.replace(self.encoder_config, **overrides)
 
   def setup(self):
+    dtype = pretrained.dtype(self.dtype)
+    frame_config = self.frame_config
     if self.frame_encoder == "conv":
-      self.vision = frame_encoder_lib.FrameEncoder(**dict(self.frame_config or {}), image_size=tuple(self.image_size),
-                                                   dtype=self.dtype, name="frame_encoder")
+      self.vision = frame_encoder_lib.FrameEncoder(**frame_config, image_size=tuple(self.image_size),
+                                                   dtype=dtype, name="frame_encoder")
     elif self.frame_encoder == "clip":
       from evqa_jax.models import clip_vision
-      if self.frame_config.image_size != self.image_size[0] or self.image_size[0] != self.image_size[1]:
+      if frame_config.image_size != self.image_size[0] or self.image_size[0] != self.image_size[1]:
         raise ValueError(f"config.model.frame_encoder = 'clip' needs square frames of the CLIP image size "
-                         f"{self.frame_config.image_size}, got {tuple(self.image_size)} (convert the records with "
-                         f"--frame-size {self.frame_config.image_size} {self.frame_config.image_size})")
-      self.vision = clip_vision.ClipFrameEncoder(self.frame_config, name="frame_encoder")
+                         f"{frame_config.image_size}, got {tuple(self.image_size)} (convert the records with "
+                         f"--frame-size {frame_config.image_size} {frame_config.image_size})")
+      self.vision = clip_vision.ClipFrameEncoder(frame_config, name="frame_encoder")
     else:
       raise ValueError(f"config.model.frame_encoder = {self.frame_encoder!r}: expected 'conv' or 'clip'")
-    self.lm = encoders.ENCODERS[self.encoder](self.encoder_config, name="lm")
-    self.question_pool = evidence_heads.QuestionPool(self.question_heads, dtype=self.dtype, name="question_pool")
-    self.temporal_head = evidence_heads.TemporalHead(self.temporal_dim, dtype=self.dtype, name="temporal_head")
+    self.lm = encoders.ENCODERS[self.encoder](self.lm_config, name="lm")
+    self.question_pool = evidence_heads.QuestionPool(self.question_heads, dtype=dtype, name="question_pool")
+    self.temporal_head = evidence_heads.TemporalHead(self.temporal_dim, dtype=dtype, name="temporal_head")
     self.seg_head = evidence_heads.SegmentationHead(
         grid=self.vision.grid, out_size=tuple(self.image_size), dim=self.seg_dim, num_heads=self.seg_heads,
-        mlp_dim=self.seg_mlp_dim, num_queries=self.num_queries, dtype=self.dtype, name="seg_head")
+        mlp_dim=self.seg_mlp_dim, num_queries=self.num_queries, dtype=dtype, name="seg_head")
     self.answer_head = evidence_heads.AnswerHead(
         self.answer_dim, evidence_norm=self.evidence_norm,
-        feature_dim=frame_feature_dim(self.frame_encoder, self.frame_config), dtype=self.dtype, name="answer_head")
+        feature_dim=frame_feature_dim(self.frame_encoder, frame_config), dtype=dtype, name="answer_head")
 
   def __call__(self, batch, deterministic: bool = True):
     """batch: frames [b, T, H, W, 3] uint8, frame_mask [b, T], input_ids / attention_mask / token_type_ids /
@@ -135,7 +164,7 @@ class EVQAModel(nn.Module):
     frame_logits = self.temporal_head(h_vis, q, pooled, evidence_heads.mask_statistics(grid_logits), descriptors)
     if self.factorized_masks:
       mask_logits = evidence_heads.factorized_mask_logits(frame_logits, mask_logits)
-    if self.use_evidence_readout:
+    if self.evidence_readout:
       evidence = evidence_heads.evidence_readout(feats, geometry, frame_logits, frame_mask)
     else:
       evidence = jnp.zeros((feats.shape[0], evidence_heads.readout_dim(feats.shape[-1], self.shape_window)),

@@ -7,13 +7,14 @@ feature (MLM-head transform, DeBERTa: after the enhanced mask decoder) is scored
 - `head="cvqa"`: by an MLP classifier over a fixed top-k answer set (out-of-vocabulary answers can never be predicted).
 """
 
+import dataclasses
 from typing import Any, Optional
 
 import flax.linen as nn
-import jax
 import jax.numpy as jnp
 import jraph
 
+from evqa_jax import pretrained
 from evqa_jax.models import encoders
 
 
@@ -39,31 +40,50 @@ class CVQAHead(nn.Module):
                     kernel_init=nn.with_logical_partitioning(nn.initializers.normal(0.02), ("mlp", "classes")))(x)
 
 
-class OVQAModel(nn.Module):
+class Model(nn.Module):
   """LM (`encoder` name in evqa_jax.models.encoders) + answer scoring head.
+
+  Built as `Model(**config.model, encoder_config=..., num_classes=..., verbalizer=..., verbalizer_call=...)`: the
+  fields down to `dtype` are `config.model`; the rest come from the checkpoint and the data.
 
   Attributes:
     encoder: "bert" or "deberta_v2".
-    encoder_config: the encoder's config dataclass (with num_visual_tokens, adapters).
     head: "open" or "cvqa".
+    use_adapters, adapter_reduction: adapters (hidden / reduction wide) in every LM layer.
+    dropout: LM and adapter dropout (None: the checkpoint's).
+    dtype: compute dtype name ("float32", "bfloat16").
+    encoder_config: the checkpoint's encoder architecture with the visual prefix (num_visual_tokens, visual_dim);
+      `lm_config` adds this model's adapter, dropout and dtype fields.
     num_classes: CVQA answer-set size (head="cvqa").
-    verbalizer: a `Verbalizer` module config dict (head="open"), or None for plain answer embeddings.
+    verbalizer: `config.verbalizer` (the `Verbalizer` module's fields; head="open"), or None for plain answer
+      embeddings.
+    verbalizer_call: static work bounds (evqa_jax.graphs.padding.verbalizer_budget).
   """
-  encoder: str
-  encoder_config: Any
+  encoder: str = "deberta_v2"
   head: str = "open"
+  use_adapters: bool = True
+  adapter_reduction: int = 8
+  dropout: Optional[float] = 0.1
+  dtype: str = "float32"
+  encoder_config: Any = None
   num_classes: int = 0
   verbalizer: Optional[dict] = None
-  verbalizer_call: Optional[dict] = None  # static work bounds (evqa_jax.graphs.padding.verbalizer_budget)
+  verbalizer_call: Optional[dict] = None
+
+  @property
+  def lm_config(self):
+    """`encoder_config` with this model's adapter, dropout and dtype settings."""
+    overrides = pretrained.lm_overrides(self.use_adapters, self.adapter_reduction, self.dropout, self.dtype)
+    return dataclasses.replace(self.encoder_config, **overrides)
 
   def setup(self):
-    self.lm = encoders.ENCODERS[self.encoder](self.encoder_config, name="lm")
+    lm_config = self.lm_config
+    self.lm = encoders.ENCODERS[self.encoder](lm_config, name="lm")
     if self.head == "cvqa":
-      self.cvqa_head = CVQAHead(self.num_classes, self.encoder_config.hidden_size,
-                                dtype=self.encoder_config.dtype, name="cvqa_head")
+      self.cvqa_head = CVQAHead(self.num_classes, lm_config.hidden_size, dtype=lm_config.dtype, name="cvqa_head")
     elif self.head == "open" and self.verbalizer is not None:
       from evqa_jax.models.verbalizer import Verbalizer
-      self.verbalizer_module = Verbalizer(**self.verbalizer, name="verbalizer")
+      self.verbalizer_module = Verbalizer(**self.verbalizer, dtype=pretrained.dtype(self.dtype), name="verbalizer")
     elif self.head != "open":
       raise ValueError(f"config.model.head = {self.head!r}: expected 'open' or 'cvqa'")
 

@@ -1,6 +1,6 @@
 """VIOLIN with a cross-modal encoder: one BERT-family LM over [video tokens; [CLS] statement [SEP] subtitles [SEP]].
 
-The "modern alternative" to the authors' baseline (violin_baseline.py): instead of frozen text features fused by
+The "modern alternative" to the authors' baseline (baseline.py): instead of frozen text features fused by
 LSTMs, a single bidirectional LM (`BertLM` / `DebertaV2LM` through `evqa_jax.models.encoders`, with the FrozenBiLM
 visual prefix and, when the encoder config says so, adapters) reads the frames and both texts jointly, and a
 classification head on the statement's [CLS] state gives the entailment logit.
@@ -25,13 +25,15 @@ to train are those matching `TRAINABLE_PATTERNS` (visual projections, adapters, 
 the LM stays frozen.
 """
 
-from typing import Any
+import dataclasses
+from typing import Any, Optional
 
 import flax.linen as nn
 import jax.numpy as jnp
 
+from evqa_jax import pretrained
 from evqa_jax.models import encoders
-from evqa_jax.models.violin_baseline import middle_frame_index
+from evqa_jax.projects.violin.baseline import middle_frame_index
 
 # Regexes (re.search on the 'a/b/c' parameter path) of the parameters that train; everything else is frozen.
 TRAINABLE_PATTERNS = ("visual_proj", "visual_in", "adapter", "LayerNorm", "cls_head")
@@ -93,6 +95,7 @@ class ViolinCrossModal(nn.Module):
       use_video, `visual_dim` is the LM's visual projection input (frames of another width go through visual_in).
     use_video / use_subtitles / single_frame / middle_frame: the input ablations (see the module docstring).
     dropout: before the head's output layer.
+    use_adapters, dtype: the LM's adapters and compute dtype name; None keeps `encoder_config`'s (see `lm_config`).
 
   Call with a batch dict: statement_ids / statement_mask `[b, Ls]` (one statement each) or `[b, 2, Ls]` (the pair:
   positive, negative, sharing the clip's context), subtitle_ids / subtitle_mask `[b, Lu]`, video `[b, T, D]`,
@@ -105,6 +108,18 @@ class ViolinCrossModal(nn.Module):
   single_frame: bool = False
   dropout: float = 0.1
   middle_frame: str = "lower"
+  use_adapters: Optional[bool] = None
+  dtype: Optional[str] = None
+
+  @property
+  def lm_config(self):
+    """`encoder_config` with this model's adapter and dtype settings (those that are set)."""
+    overrides = {}
+    if self.use_adapters is not None:
+      overrides["use_adapters"] = self.use_adapters
+    if self.dtype is not None:
+      overrides["dtype"] = pretrained.dtype(self.dtype)
+    return dataclasses.replace(self.encoder_config, **overrides) if overrides else self.encoder_config
 
   def _get(self, batch, name, ndim, leading):
     if name not in batch or batch[name] is None:
@@ -118,7 +133,7 @@ class ViolinCrossModal(nn.Module):
 
   def _visual(self, batch, rows: int, repeat: int):
     """-> (visual [rows, T, visual_dim], visual_mask [rows, T]) or (None, None) for a text-only LM."""
-    cfg = self.encoder_config
+    cfg = self.lm_config
     t = cfg.num_visual_tokens
     if t == 0:
       if self.use_video:
@@ -153,9 +168,9 @@ class ViolinCrossModal(nn.Module):
 
   @nn.compact
   def __call__(self, batch: dict, deterministic: bool = True):
-    cfg = self.encoder_config
-    if cfg is None:
+    if self.encoder_config is None:
       raise ValueError("ViolinCrossModal: encoder_config is required")
+    cfg = self.lm_config
     if self.single_frame and not self.use_video:
       raise ValueError("ViolinCrossModal: single_frame=True needs use_video=True")
     statement_ids = batch.get("statement_ids")

@@ -1,0 +1,203 @@
+"""OVQA input: records, prompts, the answer vocabularies and their graphs.
+
+Records: see data_prep/ovqa.py (question, answer, video [T, 768], video_mask, subtitles, index). The dataset
+directory also holds vocab.json (train counts, V_train, V_test, the CVQA top-k set) and, for the verbalizer, the
+answer graphs graph_train.npz / graph_test.npz (data_prep/answer_graphs.py).
+
+Training scores the [MASK] feature against V_train; evaluation swaps in V_test (and its graph). Both vocabularies
+(and graphs) are padded to one static budget so a single compiled step serves both.
+"""
+
+import json
+import os
+
+import numpy as np
+
+from evqa_jax import pretrained
+from evqa_jax.data import records
+from evqa_jax.data import source as source_lib
+
+
+def round_up(n: int, multiple: int) -> int:
+  return max(multiple, -(-n // multiple) * multiple)
+
+
+def build_prompt(question: str, subtitles: str, mask_token: str) -> str:
+  """`Question: {q}? Answer: [MASK].` + ` Subtitles: {sub}`; question capitalised, `?` added if missing."""
+  q = question.strip()
+  if not q:
+    raise ValueError("empty question")
+  q = q[0].upper() + q[1:]
+  if not q.endswith("?"):
+    q = q + "?"
+  text = f"Question: {q} Answer: {mask_token}."
+  if subtitles:
+    text += f" Subtitles: {subtitles.strip()}"
+  return text
+
+
+def tokenize_answers(tokenizer, answers, max_subwords: int, pad_to: int):
+  """Answer encoder inputs: `[pad_to, max_subwords]` ids and mask (no special tokens, at most 5 sub-words)."""
+  ids = np.zeros((pad_to, max_subwords), np.int32)
+  mask = np.zeros((pad_to, max_subwords), np.bool_)
+  for i, answer in enumerate(answers):
+    toks = tokenizer(answer, add_special_tokens=False)["input_ids"][:max_subwords]
+    if not toks:
+      toks = [tokenizer.unk_token_id]
+    ids[i, :len(toks)] = toks
+    mask[i, :len(toks)] = True
+  return ids, mask
+
+
+class Input:
+  """Reads config.data.dir: `source`, `preprocess`, `aux_inputs` (answer vocabulary, graph) for the trainer."""
+
+  def __init__(self, config, head: str):
+    self.config = config
+    data_dir = os.path.expanduser(config.data.dir)
+    self.data_dir = data_dir
+    records.require_records(config, "OVQA", "python -m data_prep.ovqa --csv-dir <dataset>/ --features "
+                            f"<dataset>/clipvitl14.pth --out {data_dir}\n  python data_prep/answer_graphs.py --data "
+                            f"{data_dir}", "configs/ovqa_msrvtt.py:demo")
+    self.metadata = records.load_metadata(data_dir)
+    with open(os.path.join(data_dir, "vocab.json")) as f:
+      self.vocab = json.load(f)
+    self.train_counts = self.vocab["train_counts"]
+    self.tokenizer = pretrained.load_tokenizer(config.pretrained)
+    self.mask_token = self.tokenizer.mask_token
+    self.mask_token_id = self.tokenizer.mask_token_id
+    num_frames = int(self.metadata.get("num_frames", config.data.num_frames))
+    if num_frames != config.data.num_frames:
+      raise ValueError(f"config.data.num_frames = {config.data.num_frames} but the records in {data_dir} hold "
+                       f"{num_frames} frames per video")
+    self.visual_dim = int(self.metadata.get("feature_dim", 768))
+
+    self.head = head
+    dc = config.data
+    if self.head == "cvqa":
+      self.answers_train = list(self.vocab["vocab_cvqa"])
+      self.answers_eval = self.answers_train
+      if dc.cvqa_topk and dc.cvqa_topk < len(self.answers_train):
+        self.answers_train = self.answers_train[:dc.cvqa_topk]
+        self.answers_eval = self.answers_train
+    else:
+      self.answers_train = list(self.vocab["vocab_train"])
+      self.answers_eval = list(self.vocab["vocab_test"])
+    self.answer_index_train = {a: i for i, a in enumerate(self.answers_train)}
+    self.answer_index_eval = {a: i for i, a in enumerate(self.answers_eval)}
+
+    vc = config.verbalizer
+    self.use_graph = self.head == "open" and vc.variant != "A"
+    self.graphs = {}
+    if self.use_graph:
+      from evqa_jax.graphs import answer_graph
+      for split, name in (("train", "graph_train.npz"), ("eval", "graph_test.npz")):
+        path = os.path.join(data_dir, name)
+        if not os.path.exists(path):
+          raise FileNotFoundError(f"{path} is missing: the verbalizer (config.verbalizer.variant = {vc.variant!r}) "
+                                  f"needs answer graphs; build them with `python data_prep/answer_graphs.py --data "
+                                  f"{data_dir}`, or set --config.verbalizer.variant=A")
+        self.graphs[split] = answer_graph.load_answer_graph(path)
+      if self.graphs["train"].num_answers != len(self.answers_train):
+        raise ValueError(f"{data_dir}/graph_train.npz has {self.graphs['train'].num_answers} answers but vocab.json "
+                         f"V_train has {len(self.answers_train)}: rebuild the graphs")
+      if self.graphs["eval"].num_answers != len(self.answers_eval):
+        raise ValueError(f"{data_dir}/graph_test.npz has {self.graphs['eval'].num_answers} answers but vocab.json "
+                         f"V_test has {len(self.answers_eval)}: rebuild the graphs")
+    self.budget = self._vocab_budget()
+    self._aux_cache = {}
+
+  def _vocab_budget(self) -> dict:
+    """One static budget for V_train and V_test (answers, and graph nodes/edges when a verbalizer is used)."""
+    gc = self.config.graph
+    if not self.use_graph:
+      return {"answers": round_up(max(len(self.answers_train), len(self.answers_eval)), gc.pad_multiple)}
+    from evqa_jax.graphs import padding
+    nodes, edges, answers = padding.graph_budget(*self.graphs.values(), multiple=gc.pad_multiple)
+    for key, need, override in (("max_nodes", nodes, gc.max_nodes), ("max_edges", edges, gc.max_edges)):
+      if override and override < need:
+        raise ValueError(f"config.graph.{key} = {override} < {need} needed by the answer graphs of {self.data_dir}")
+    return {"answers": answers, "nodes": gc.max_nodes or nodes, "edges": gc.max_edges or edges}
+
+  def verbalizer_call(self):
+    """Static work bounds of the verbalizer's edge loops (evqa_jax.graphs.padding.verbalizer_budget), or None."""
+    if not self.use_graph:
+      return None
+    from evqa_jax.graphs import padding
+    return padding.verbalizer_budget(*self.graphs.values(), max_answers=self.budget["answers"],
+                                     max_edges=self.budget["edges"], multiple=self.config.graph.pad_multiple)
+
+  def source(self, split: str):
+    spec = records.load_spec(self.data_dir, split)
+    return source_lib.TFRecordDataSource(records.split_paths(self.data_dir, split), spec,
+                                         on_corrupt=self.config.data.on_corrupt)
+
+  def preprocess(self, example: dict, train: bool) -> dict:
+    dc = self.config.data
+    question = str(example["question"])
+    subtitles = str(example["subtitles"]) if dc.use_subtitles else ""
+    text = build_prompt(question, subtitles, self.mask_token)
+    enc = self.tokenizer(text, max_length=dc.max_tokens, truncation=True, padding="max_length")
+    ids = np.asarray(enc["input_ids"], np.int32)
+    positions = np.nonzero(ids == self.mask_token_id)[0]
+    if len(positions) != 1:
+      raise ValueError(f"record {int(example['index'])} of {self.data_dir}: the prompt holds {len(positions)} "
+                       f"{self.mask_token} tokens after truncation to config.data.max_tokens = {dc.max_tokens}")
+    answer = str(example["answer"])
+    table = self.answer_index_train if train else self.answer_index_eval
+    label = table.get(answer, -1)
+    if train and label < 0 and self.head == "open":
+      raise ValueError(f"record {int(example['index'])} of {self.data_dir}: train answer {answer!r} is not in V_train "
+                       "of vocab.json (vocabulary and records do not match)")
+    return {
+        "input_ids": ids,
+        "attention_mask": np.asarray(enc["attention_mask"], np.int32),
+        "mask_index": np.int32(positions[0] + dc.num_frames),
+        "video": np.asarray(example["video"], np.float32),
+        "video_mask": np.asarray(example["video_mask"], np.int32),
+        "label": np.int32(label),
+        "index": np.int32(example["index"]),
+    }
+
+  def aux_inputs(self, split: str) -> dict:
+    key = "train" if split == self.config.data.train_split else "eval"
+    if key in self._aux_cache:
+      return self._aux_cache[key]
+    if self.head == "cvqa":
+      self._aux_cache[key] = {}
+      return {}
+    answers = self.answers_train if key == "train" else self.answers_eval
+    n_ans = self.budget["answers"]
+    max_subwords = self.config.data.answer_max_subwords
+    ids, mask = tokenize_answers(self.tokenizer, answers, max_subwords, n_ans)
+    answer_mask = np.zeros((n_ans,), np.bool_)
+    answer_mask[:len(answers)] = True
+    is_base = np.zeros((n_ans,), np.bool_)
+    for i, a in enumerate(answers):
+      is_base[i] = self.train_counts.get(a, 0) >= 101
+    aux = {"answer_tokens": ids, "answer_token_mask": mask, "answer_mask": answer_mask, "is_base": is_base}
+    if self.use_graph:
+      from evqa_jax.graphs import padding
+      graph = self.graphs[key]
+      # Node features are computed in the step from the frozen word embeddings, so the padded graph carries the
+      # nodes' sub-word ids, placed at their padded positions (answers first, padding slots empty).
+      ids, mask = tokenize_answers(self.tokenizer, graph.node_words, max_subwords, graph.num_nodes)
+      padded, _ = padding.pad_graph(graph, np.zeros((graph.num_nodes, 1), np.float32), self.budget["nodes"],
+                                    self.budget["edges"], n_ans)
+      pos = padding.node_positions(graph, n_ans)
+      node_ids = np.zeros((self.budget["nodes"], ids.shape[1]), np.int32)
+      node_mask = np.zeros((self.budget["nodes"], ids.shape[1]), np.bool_)
+      node_ids[pos], node_mask[pos] = ids, mask
+      aux.update(node_tokens=node_ids, node_token_mask=node_mask, senders=np.asarray(padded.senders),
+                 receivers=np.asarray(padded.receivers), n_node=np.asarray(padded.n_node),
+                 n_edge=np.asarray(padded.n_edge))
+    self._aux_cache[key] = aux
+    return aux
+
+  def aux_logical_axes(self):
+    from jax.sharding import PartitionSpec as P
+    aux = self.aux_inputs(self.config.data.train_split)
+    specs = {}
+    for k, v in aux.items():
+      specs[k] = P(*(["nodes"] + [None] * (v.ndim - 1))) if k.startswith("node_") else P()
+    return specs

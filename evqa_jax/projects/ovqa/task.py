@@ -1,0 +1,113 @@
+"""OVQA: open-vocabulary video QA with FrozenBiLM+ (optionally + the GNN soft verbalizer) or the CVQA baseline.
+
+Input (records, prompts, answer vocabularies and graphs): input.py. Model: model.py, built from `config.model`.
+Loss: cross-entropy over the active answer vocabulary (V_train in training, V_test in evaluation). Evaluation:
+evaluator.py (the official prediction CSV and metrics).
+"""
+
+import os
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from evqa_jax import pretrained
+from evqa_jax.projects import base
+from evqa_jax.projects.ovqa import evaluator
+from evqa_jax.projects.ovqa import input as input_lib
+from evqa_jax.projects.ovqa import model as model_lib
+
+
+class Task(base.Task):
+  main_metric = "mAcc"
+
+  def __init__(self, config):
+    super().__init__(config)
+    self.input = input_lib.Input(config, head=config.model.head)
+    self.pretrained_dir = pretrained.checkpoint_dir(config.pretrained)
+    encoder_config = pretrained.encoder_config(config.model.encoder, config.pretrained,
+                                               num_visual_tokens=config.data.num_frames,
+                                               visual_dim=self.input.visual_dim)
+    self.model = model_lib.Model(
+        **config.model, encoder_config=encoder_config, num_classes=len(self.input.answers_train),
+        verbalizer=dict(config.verbalizer) if self.input.use_graph else None,
+        verbalizer_call=self.input.verbalizer_call())
+    self.encoder_config = self.model.lm_config
+
+  # -- data (input.py) ------------------------------------------------------------------------------------------
+  def source(self, split: str):
+    return self.input.source(split)
+
+  def preprocess(self, example: dict, train: bool) -> dict:
+    return self.input.preprocess(example, train)
+
+  def aux_inputs(self, split: str) -> dict:
+    return self.input.aux_inputs(split)
+
+  def aux_logical_axes(self):
+    return self.input.aux_logical_axes()
+
+  # -- model ----------------------------------------------------------------------------------------------------
+  def _dummy_batch(self):
+    dc = self.config.data
+    return {"input_ids": jnp.zeros((1, dc.max_tokens), jnp.int32),
+            "attention_mask": jnp.ones((1, dc.max_tokens), jnp.int32),
+            "mask_index": jnp.zeros((1,), jnp.int32),
+            "video": jnp.zeros((1, dc.num_frames, self.encoder_config.visual_dim), jnp.float32),
+            "video_mask": jnp.ones((1, dc.num_frames), jnp.int32)}
+
+  def init_params(self, rng):
+    open_head = self.model.head == "open"
+    aux = jax.tree.map(jnp.asarray, self.aux_inputs(self.config.data.train_split)) if open_head else None
+    return self.model.init({"params": rng}, self._dummy_batch(), aux)["params"]
+
+  def load_pretrained(self, params: dict) -> dict:
+    encoder, init_from = self.config.model.encoder, self.config.pretrained.init_from
+    params = dict(params)
+    params["lm"] = pretrained.load_encoder_weights(encoder, self.encoder_config, self.pretrained_dir, params["lm"])
+    if init_from:
+      from evqa_jax.models import deberta_v2
+      if encoder != "deberta_v2":
+        raise ValueError("config.pretrained.init_from loads a FrozenBiLM checkpoint, which holds a DeBERTa-v2: set "
+                         "config.model.encoder = 'deberta_v2'")
+      lm, report = deberta_v2.load_frozenbilm_checkpoint(self.encoder_config, os.path.expanduser(init_from),
+                                                         params["lm"])
+      print(f"Initialised from FrozenBiLM checkpoint {init_from}: {str(report).splitlines()[0]}", flush=True)
+      params["lm"] = lm
+    return params
+
+  @property
+  def trainable_patterns(self) -> tuple:
+    return tuple(self.config.trainable)
+
+  def _logits(self, params, batch, aux, rng, train: bool):
+    rngs = {"dropout": rng} if train else {}
+    return self.model.apply({"params": params}, batch, aux if self.model.head == "open" else None,
+                            deterministic=not train, rngs=rngs)
+
+  def loss(self, params, batch, aux, rng, train: bool = True):
+    logits = self._logits(params, batch, aux, rng, train)
+    labels = batch["label"]
+    valid = labels >= 0  # CVQA: training rows whose answer is outside the top-k carry no loss
+    if "_valid" in batch:
+      valid = valid & (batch["_valid"] > 0)
+    ce = optax.softmax_cross_entropy_with_integer_labels(logits, jnp.maximum(labels, 0))
+    denom = jnp.maximum(jnp.sum(valid), 1)
+    loss = jnp.sum(jnp.where(valid, ce, 0.0)) / denom
+    acc = jnp.sum(jnp.where(valid, jnp.argmax(logits, -1) == labels, False)) / denom
+    return loss, {"accuracy": acc}
+
+  def predict(self, params, batch, aux) -> dict:
+    logits = self._logits(params, batch, aux, None, train=False)
+    top = jax.lax.top_k(logits, 5)
+    return {"pred": top[1][:, 0].astype(jnp.int32), "top5": top[1].astype(jnp.int32)}
+
+  # -- evaluation (evaluator.py) --------------------------------------------------------------------------------
+  def evaluate(self, split: str, outputs: dict, out_dir: str) -> dict:
+    return evaluator.evaluate(self.input.data_dir, self.input.answers_eval, split, outputs, out_dir)
+
+  def describe(self) -> str:
+    vc = self.config.verbalizer
+    kind = "CVQA" if self.model.head == "cvqa" else ("FrozenBiLM+" if not self.input.use_graph
+                                                       else f"FrozenBiLM+ with verbalizer {vc.variant} eps={vc.eps}")
+    return f"OVQA {kind} ({self.config.model.encoder})"

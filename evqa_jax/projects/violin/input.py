@@ -1,0 +1,292 @@
+"""VIOLIN input: records, the annotation (ground truth), tokenisation, video padding and the frozen text features.
+
+Records: one per (clip, statement pair), see data_prep/violin.py (clip_id, pair_index, split, statement_pos,
+statement_neg, subtitles, video [T_i, D], video_len). The dataset directory also holds the converter's copy of the
+annotation (violin_annotation.json), the ground truth that evaluator.py scores against.
+
+Text features (`config.model.text_features`, baseline model):
+  online  the encoder runs inside the jitted step (what an accelerator job does; encoder params are frozen state).
+  cached  the same encoder with the same weights is run ONCE over every distinct statement and subtitle text of the
+          used splits, and the step reads those features from disk (`TextFeatureCache`). Because the encoder is
+          frozen, deterministic and run per text, this is the same function (the authors also fed precomputed BERT
+          features); it turns CPU runs from hours into minutes. The cache lives in `config.data.text_cache_dir`
+          (default DATA_DIR/text_cache), keyed by encoder, weights, tokenizer, maximum length and the texts, so sweep
+          points share it.
+
+Video features are padded (or uniformly subsampled, first and last frame kept) to `config.data.max_frames` with a mask.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import time
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from evqa_jax import io as io_lib
+from evqa_jax import pretrained
+from evqa_jax.data import records
+from evqa_jax.data import source as source_lib
+from evqa_jax.evaluate import violin as violin_eval
+from evqa_jax.models import encoders
+
+
+def frame_indices(num_frames: int, max_frames: int) -> np.ndarray:
+  """All frames when they fit, else `max_frames` indices spread uniformly (first and last kept), as the converter."""
+  if num_frames <= max_frames:
+    return np.arange(num_frames)
+  return np.round(np.linspace(0, num_frames - 1, max_frames)).astype(np.int64)
+
+
+def pad_video(video: np.ndarray, video_len: int, max_frames: int) -> tuple[np.ndarray, np.ndarray]:
+  """[T_i, D] -> ([max_frames, D] float32, [max_frames] int32 mask)."""
+  video = np.asarray(video, np.float32)[:video_len]
+  video = video[frame_indices(len(video), max_frames)]
+  out = np.zeros((max_frames, video.shape[1]), np.float32)
+  out[:len(video)] = video
+  mask = np.zeros((max_frames,), np.int32)
+  mask[:len(video)] = 1
+  return out, mask
+
+
+def subtitle_text(entry: dict) -> str:
+  """The record's `subtitles` string from an annotation entry: stripped non-empty lines joined by one space."""
+  lines = [str(line[0]).strip() for line in entry.get("sub", [])]
+  return " ".join(line for line in lines if line)
+
+
+def frozen_encoder_params(encoder: str, encoder_config, pretrained_dir, seed: int) -> dict:
+  """Host params of the frozen text encoder: the pretrained checkpoint, else a seeded random init (tests)."""
+  module = encoders.ENCODERS[encoder](encoder_config)
+  ids = jnp.ones((1, 8), jnp.int32)
+  kwargs = {}
+  if encoder_config.num_visual_tokens:
+    kwargs["visual"] = jnp.zeros((1, encoder_config.num_visual_tokens, encoder_config.visual_dim))
+  init = jax.jit(lambda r: nn.meta.unbox(module.init(r, ids, jnp.ones_like(ids), **kwargs)["params"]))(
+      jax.random.key(seed))
+  params = pretrained.load_encoder_weights(encoder, encoder_config, pretrained_dir, init)
+  return jax.tree.map(np.asarray, params)
+
+
+def weights_identity(pretrained_dir, seed: int) -> str:
+  """What the frozen encoder's weights are (checkpoint files and sizes, or the random seed): part of the cache key."""
+  if pretrained.has_checkpoint(pretrained_dir):
+    files = sorted(f for f in os.listdir(pretrained_dir) if f.endswith((".safetensors", ".bin")))
+    stats = [(f, os.path.getsize(os.path.join(pretrained_dir, f))) for f in files]
+    return f"{os.path.abspath(pretrained_dir)}:{stats}"
+  return f"random-init:seed={seed}"
+
+
+class TextFeatureCache:
+  """Frozen-encoder features of a fixed list of texts: `[N, max_len, H]` float32 + valid lengths, on disk.
+
+  Opened lazily and memory-mapped; pickles without the arrays (Grain workers reopen the file).
+  """
+
+  def __init__(self, path: str):
+    self.path = path
+    with open(path + ".json") as f:
+      meta = json.load(f)
+    self.row = {t: i for i, t in enumerate(meta["texts"])}
+    self.lengths = np.asarray(meta["lengths"], np.int32)
+    self.max_len = int(meta["max_len"])
+    self._features = None
+
+  @property
+  def features(self) -> np.ndarray:
+    if self._features is None:
+      self._features = np.load(self.path + ".npy", mmap_mode="r")
+    return self._features
+
+  def lookup(self, text: str, where: str) -> tuple[np.ndarray, np.ndarray]:
+    i = self.row.get(text)
+    if i is None:
+      raise KeyError(f"{where}: text {text[:80]!r} is not in the text-feature cache {self.path}.npy (the cache "
+                     "was built from the annotation JSON; records and annotation disagree)")
+    mask = (np.arange(self.max_len) < self.lengths[i]).astype(np.int32)
+    return np.asarray(self.features[i], np.float32), mask
+
+  def __getstate__(self):
+    return dict(self.__dict__, _features=None)
+
+
+class Input:
+  """Reads config.data.dir: `source`, `preprocess` for the trainer; the annotation for the evaluator.
+
+  online: the batch carries token ids (the model encodes them); else it carries cached features, which need
+  `use_text_encoder(encoder, encoder_config, params_fn, identity)` first.
+  """
+
+  def __init__(self, config, online: bool):
+    self.config = config
+    dc = config.data
+    self.online = online
+    self.data_dir = os.path.expanduser(dc.dir)
+    records.require_records(
+        config, "VIOLIN", "python -m data_prep.violin --annotation violin_annotation.json --features "
+        f"<features>.h5 --feature {dc.feature} --out {dc.dir}", "configs/violin.py:demo")
+    self.metadata = records.load_metadata(self.data_dir)
+    feature_dim = int(self.metadata.get("feature_dim", dc.feature_dim))
+    if feature_dim != dc.feature_dim:
+      raise ValueError(f"config.data.feature_dim = {dc.feature_dim} but the records in {self.data_dir} hold "
+                       f"{self.metadata.get('feature', '?')} features of dimension {feature_dim}")
+    self.feature_dim = feature_dim
+    ann_path = os.path.join(self.data_dir, self.metadata.get("annotation_file", "violin_annotation.json"))
+    if not os.path.exists(ann_path):
+      raise FileNotFoundError(f"{ann_path} is missing: the VIOLIN converter keeps the annotation next to the "
+                              "records as the ground truth for evaluation")
+    self.annotation_path = ann_path
+    self.clips = violin_eval.read_annotation(ann_path)
+    self.clip_ids = list(self.clips)
+    self.clip_index = {c: i for i, c in enumerate(self.clip_ids)}
+    types_file = (self.metadata.get("synthetic") or {}).get("statement_types_file")
+    self.statement_types = None
+    if types_file and os.path.exists(os.path.join(self.data_dir, types_file)):
+      with open(os.path.join(self.data_dir, types_file)) as f:
+        self.statement_types = json.load(f)
+    self.tokenizer = pretrained.load_tokenizer(config.pretrained)
+    self._encoder = None
+    self._caches: dict[str, TextFeatureCache] = {}
+
+  def use_text_encoder(self, encoder: str, encoder_config, params_fn, identity: str) -> None:
+    """The frozen encoder whose features `text_cache` stores; `params_fn()` gives its host params (called only when
+    a cache has to be built)."""
+    self._encoder = (encoder, encoder_config, params_fn, identity)
+
+  # -- text -----------------------------------------------------------------------------------------------------
+  def max_len(self, kind: str) -> int:
+    dc = self.config.data
+    return dc.max_statement_tokens if kind == "statement" else dc.max_subtitle_tokens
+
+  def tokenize(self, text: str, kind: str) -> tuple[np.ndarray, np.ndarray]:
+    enc = self.tokenizer(text, max_length=self.max_len(kind), truncation=True, padding="max_length")
+    return np.asarray(enc["input_ids"], np.int32), np.asarray(enc["attention_mask"], np.int32)
+
+  def _texts(self, kind: str) -> list[str]:
+    """Distinct texts of `kind` over the clips of the splits this run uses, in annotation order."""
+    dc = self.config.data
+    splits = {dc.train_split, *dc.eval_splits}
+    with open(self.annotation_path) as f:
+      ann = json.load(f)
+    out = {}
+    for entry in ann.values():
+      if entry.get("split") not in splits:
+        continue
+      if kind == "statement":
+        for pair in entry["statement"]:
+          for s in pair:
+            out[str(s).strip()] = None
+      else:
+        out[subtitle_text(entry)] = None
+    return list(out)
+
+  def text_cache(self, kind: str) -> TextFeatureCache:
+    """The frozen-encoder features of every `kind` text of the used splits, computed once and kept on disk."""
+    if kind in self._caches:
+      return self._caches[kind]
+    dc = self.config.data
+    encoder, encoder_config, _, identity = self._encoder
+    texts = self._texts(kind)
+    max_len = self.max_len(kind)
+    encoder_fields = {k: str(v) for k, v in dataclasses.asdict(encoder_config).items()}
+    key_src = json.dumps({"encoder": encoder, "config": encoder_fields, "weights": identity,
+                          "tokenizer": str(getattr(self.tokenizer, "name_or_path", "")), "vocab": len(self.tokenizer),
+                          "max_len": max_len, "texts": hashlib.sha1("\n".join(texts).encode()).hexdigest()},
+                         sort_keys=True)
+    key = hashlib.sha1(key_src.encode()).hexdigest()[:16]
+    cache_dir = os.path.expanduser(dc.text_cache_dir) if dc.text_cache_dir else os.path.join(self.data_dir,
+                                                                                           "text_cache")
+    os.makedirs(cache_dir, exist_ok=True)
+    path = os.path.join(cache_dir, f"{kind}-{key}")
+    with io_lib.file_lock(os.path.join(cache_dir, ".lock")):
+      if not (os.path.exists(path + ".npy") and os.path.exists(path + ".json")):
+        self._build_cache(path, texts, kind, key_src)
+    self._caches[kind] = TextFeatureCache(path)
+    return self._caches[kind]
+
+  def _build_cache(self, path: str, texts: list[str], kind: str, key_src: str) -> None:
+    encoder, encoder_config, params_fn, _ = self._encoder
+    max_len = self.max_len(kind)
+    hidden = encoder_config.hidden_size
+    ids = np.zeros((len(texts), max_len), np.int32)
+    mask = np.zeros((len(texts), max_len), np.int32)
+    for i, t in enumerate(texts):
+      ids[i], mask[i] = self.tokenize(t, kind)
+    lengths = mask.sum(-1)
+    module = encoders.ENCODERS[encoder](encoder_config)
+    encode = jax.jit(lambda p, i, m: module.apply({"params": p}, i, m, deterministic=True)["hidden"])
+    params = jax.tree.map(jnp.asarray, params_fn())
+    feats = np.zeros((len(texts), max_len, hidden), np.float32)
+    # Length buckets: texts sorted by length, each batch padded only to its longest text rounded up to 8; masked
+    # padding keys leave the valid positions' features unchanged.
+    order = np.argsort(lengths, kind="stable")
+    bs = self.config.data.text_cache_batch_size
+    t0 = time.time()
+    print(f"text-feature cache: encoding {len(texts)} {kind} texts (max {max_len} tokens) -> {path}.npy", flush=True)
+    for start in range(0, len(texts), bs):
+      rows = order[start:start + bs]
+      width = min(max_len, max(8, -(-int(lengths[rows].max()) // 8) * 8))
+      pad = bs - len(rows)
+      bi = np.pad(ids[rows, :width], ((0, pad), (0, 0)))
+      bm = np.pad(mask[rows, :width], ((0, pad), (0, 0)))
+      out = np.asarray(encode(params, bi, bm), np.float32)[:len(rows)]
+      out = out * mask[rows, :width, None]  # padded positions hold zeros, as the model never reads them
+      feats[rows, :width] = out
+    with io_lib.atomic_path(path + ".npy") as tmp:
+      with open(tmp, "wb") as f:
+        np.save(f, feats)
+    io_lib.write_json(path + ".json", {"texts": texts, "lengths": lengths.tolist(), "max_len": max_len,
+                                       "key": json.loads(key_src)})
+    print(f"text-feature cache: {kind} done in {time.time() - t0:.0f}s", flush=True)
+
+  # -- records --------------------------------------------------------------------------------------------------
+  def source(self, split: str):
+    spec = records.load_spec(self.data_dir, split)
+    missing = {"clip_id", "pair_index", "statement_pos", "statement_neg", "subtitles", "video",
+               "video_len"} - set(spec)
+    if missing:
+      raise ValueError(f"{self.data_dir} split {split!r}: records lack the VIOLIN fields {sorted(missing)}")
+    return source_lib.IndexedSource(source_lib.TFRecordDataSource(records.split_paths(self.data_dir, split), spec,
+                                                                  on_corrupt=self.config.data.on_corrupt))
+
+  def preprocess(self, example: dict, train: bool) -> dict:
+    del train
+    mc, dc = self.config.model, self.config.data
+    index = int(example["index"])
+    clip_id = str(example["clip_id"])
+    where = f"record {index} (clip {clip_id!r}, pair {int(example['pair_index'])}) of {self.data_dir}"
+    if clip_id not in self.clip_index:
+      raise ValueError(f"{where}: clip is not in the annotation {self.annotation_path}")
+    statements = [str(example["statement_pos"]).strip(), str(example["statement_neg"]).strip()]
+    out = {"index": np.int32(index), "clip": np.int32(self.clip_index[clip_id]),
+           "pair": np.int32(example["pair_index"])}
+    if self.online:
+      toks = [self.tokenize(s, "statement") for s in statements]
+      out["statement_ids"] = np.stack([t[0] for t in toks])
+      out["statement_mask"] = np.stack([t[1] for t in toks])
+    else:
+      cache = self.text_cache("statement")
+      feats = [cache.lookup(s, where) for s in statements]
+      out["statement_feat"] = np.stack([f[0] for f in feats])
+      out["statement_mask"] = np.stack([f[1] for f in feats])
+    if mc.use_subtitles:
+      sub = str(example["subtitles"])
+      if self.online:
+        out["subtitle_ids"], out["subtitle_mask"] = self.tokenize(sub, "subtitle")
+      else:
+        out["subtitle_feat"], out["subtitle_mask"] = self.text_cache("subtitle").lookup(sub, where)
+    if mc.use_video:
+      video = np.asarray(example["video"])
+      if video.ndim != 2 or video.shape[1] != self.feature_dim:
+        raise ValueError(f"{where}: field 'video' has shape {video.shape}, expected [T, {self.feature_dim}]")
+      video_len = int(example["video_len"])
+      if not 0 <= video_len <= len(video):
+        raise ValueError(f"{where}: field 'video_len' = {video_len} but 'video' has {len(video)} frames")
+      out["video"], out["video_mask"] = pad_video(video, video_len, dc.max_frames)
+    return out
