@@ -23,7 +23,7 @@ from evqa_jax import io as io_lib
 from evqa_jax import pretrained
 from evqa_jax.data import records
 from evqa_jax.data import source as source_lib
-from evqa_jax.metrics import ovqa as ovqa_metrics
+from evqa_jax.evaluate import ovqa as ovqa_eval
 from evqa_jax.models import encoders
 from evqa_jax.models.ovqa_model import OVQAModel
 from evqa_jax.tasks import base
@@ -334,7 +334,7 @@ class OVQATask(base.Task):
         w.writerow(["index", "prediction"])
         for idx, p in zip(outputs["index"], preds):
           w.writerow([int(idx), p])
-    metrics = ovqa_metrics.evaluate_files(self.split_csv("train"), self.split_csv(split), pred_path)
+    metrics = ovqa_eval.evaluate_files(self.split_csv("train"), self.split_csv(split), pred_path)
     io_lib.write_json(os.path.join(out_dir, "metrics.json"), metrics)
     return metrics
 
