@@ -363,3 +363,14 @@ def test_mcq_results_metrics_authors_layout():
   assert m["overall_accuracy"] == pytest.approx(100 * 5 / 9)
   assert m["pooled"] == 0.0 and m["total_entries"] == 4
   assert st.mcq_results_metrics({})["overall_accuracy"] == 0.0
+
+
+def test_percentages_use_the_official_float_expression():
+  # 100 * 23 / 160 is exactly 14.375 (rounds to 14.38 in the official 2-decimal JSON); a numpy mean of 23 ones in 160
+  # gives 14.374999999999998 (14.37): the expression itself must be the official one.
+  ious = [0.6] * 23 + [0.0] * 137
+  out = st.st_evidence_summary([True] * 23 + [False] * 137, ious, ious, [], [])
+  assert out["accuracy"] == 14.375 and out["tIoU@0.5"] == 14.375 and round(out["tIoU@0.3"], 2) == 14.38
+  assert math.isnan(out["J"])
+  # No entry at all: the official script writes 0, not NaN.
+  assert st.st_evidence_summary([], [], [], [], [])["mIoU"] == 0.0

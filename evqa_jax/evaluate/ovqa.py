@@ -88,7 +88,9 @@ def read_ans2cat(path: str) -> dict[str, str]:
 def official_block(m: dict) -> dict:
   """The authors' evaluate() results: per-category and total accuracy and macc as fractions, 4 decimals as their
   logger prints them; macc is NaN when the test vocabulary holds an answer without test sample (0/0 in their mean)."""
-  out = {c: round(m[c] / 100.0, 4) for c in CATEGORIES + ("total",)}
+  # total / count of their meters, from our counts (0 for an empty meter).
+  out = {c: round(m[f"num_correct_{c}"] / m[f"num_samples_{c}"], 4) if m[f"num_samples_{c}"] else 0.0
+         for c in CATEGORIES + ("total",)}
   nan_macc = m.get("num_vocab_answers_without_samples", 0) > 0 or m["mAcc"] is None or math.isnan(m["mAcc"])
   out["macc"] = math.nan if nan_macc else round(m["mAcc"] / 100.0, 4)
   return out

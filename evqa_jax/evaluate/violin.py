@@ -92,9 +92,12 @@ def read_predictions(path: str, clips: dict[str, dict[str, Any]],
 
 
 def official_block(row: dict[str, Any]) -> dict[str, Any]:
-  """The authors' printed numbers: acc, real acc, fake acc as fractions with 4 decimals."""
-  return {k: None if row[ours] is None or math.isnan(row[ours]) else round(row[ours] / 100.0, 4)
-          for k, ours in (("acc", "accuracy"), ("real acc", "real_accuracy"), ("fake acc", "fake_accuracy"))}
+  """The authors' printed numbers: acc, real acc, fake acc = correct / float(count), "%.4f" (from the counts, so the
+  rounding is theirs to the last bit); None for an empty split (theirs divides by zero)."""
+  n = row["num_statements"]
+  fracs = {"acc": (row["num_correct"], n), "real acc": (row["num_real_correct"], n // 2),
+           "fake acc": (row["num_fake_correct"], n // 2)}
+  return {k: round(c / float(d), 4) if d else None for k, (c, d) in fracs.items()}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> dict:

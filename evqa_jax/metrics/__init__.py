@@ -17,6 +17,7 @@ from evqa_jax.metrics.violin import violin_accuracy, violin_metrics
 __all__ = [
     "answer_categories", "answer_counts", "category_of_count", "ovqa_metrics", "table1",
     "answer_is_correct", "davis_aggregate", "davis_sequence_scores", "entry_mask_scores", "f_measure",
-    "frame_scores", "mcq_metrics", "mcq_results_metrics", "parse_pred_segments", "seg2bmap", "st_evidence_summary", "temporal_iou_iop", "temporal_summary",
+    "frame_scores", "mcq_metrics", "mcq_results_metrics", "parse_pred_segments", "seg2bmap", "st_evidence_summary",
+    "temporal_iou_iop", "temporal_summary",
     "violin_accuracy", "violin_metrics",
 ]

@@ -203,8 +203,16 @@ def temporal_iou_iop(gt_segments: Sequence[Sequence[float]],
 
 
 def _mean_pct(values) -> float:
+  """100 * mean with numpy's summation (the official mask means); NaN when empty."""
   values = np.asarray(values, dtype=np.float64)
   return 100.0 * float(values.mean()) if values.size else math.nan
+
+
+def _official_pct(values: Sequence[float]) -> float:
+  """100 * sum(values) / len(values) left to right in list order, the official script's own float expression (so its
+  2-decimal rounding never flips on the last bit); 0 when empty, as it writes."""
+  values = [float(v) for v in values]
+  return 100 * sum(values) / len(values) if values else 0.0
 
 
 def temporal_summary(ious: Sequence[float], iops: Sequence[float],
@@ -214,16 +222,16 @@ def temporal_summary(ious: Sequence[float], iops: Sequence[float],
   Args:
     ious, iops: one value per ground-truth entry, [num_entries] (0 for missing entries).
   """
-  ious = np.asarray(ious, dtype=np.float64)
-  iops = np.asarray(iops, dtype=np.float64)
-  if ious.shape != iops.shape:
-    raise ValueError(f"{ious.shape[0]} IoU values but {iops.shape[0]} IoP values")
-  out = {"mIoU": _mean_pct(ious), "mIoP": _mean_pct(iops)}
+  ious = [float(v) for v in ious]
+  iops = [float(v) for v in iops]
+  if len(ious) != len(iops):
+    raise ValueError(f"{len(ious)} IoU values but {len(iops)} IoP values")
+  out = {"mIoU": _official_pct(ious), "mIoP": _official_pct(iops)}
   for t in thresholds:
-    out[f"tIoU@{t}"] = _mean_pct(ious >= t)
+    out[f"tIoU@{t}"] = _official_pct([1 if v >= t else 0 for v in ious])
   for t in thresholds:
-    out[f"tIoP@{t}"] = _mean_pct(iops >= t)
-  out["t_mean"] = _mean_pct((ious + iops) / 2.0)
+    out[f"tIoP@{t}"] = _official_pct([1 if v >= t else 0 for v in iops])
+  out["t_mean"] = _official_pct([(a + b) / 2 for a, b in zip(ious, iops)])
   return out
 
 
@@ -383,10 +391,9 @@ def entry_mask_scores(frames: Iterable[tuple[Optional[np.ndarray], np.ndarray]],
 
 
 def mask_summary(entry_j: Sequence[float], entry_f: Sequence[float]) -> dict[str, float]:
-  """J, F and JF = (J + F) / 2 as mean over the scored entries x 100 (NaN when no entry has GT masks)."""
-  j = _mean_pct(entry_j)
-  f = _mean_pct(entry_f)
-  return {"J": j, "F": f, "JF": (j + f) / 2.0}
+  """J, F and JF = mean over the scored entries of (J + F) / 2, each x 100 (NaN when no entry has GT masks)."""
+  return {"J": _mean_pct(entry_j), "F": _mean_pct(entry_f),
+          "JF": _mean_pct([(j + f) / 2 for j, f in zip(entry_j, entry_f)])}
 
 
 def st_evidence_summary(correct: Sequence[bool], ious: Sequence[float], iops: Sequence[float],
@@ -402,7 +409,7 @@ def st_evidence_summary(correct: Sequence[bool], ious: Sequence[float], iops: Se
   """
   if not len(correct) == len(ious) == len(iops):
     raise ValueError(f"per-entry lists differ in length: {len(correct)}, {len(ious)}, {len(iops)}")
-  out: dict[str, float | int] = {"accuracy": _mean_pct(np.asarray(correct, dtype=bool))}
+  out: dict[str, float | int] = {"accuracy": 100 * sum(map(bool, correct)) / len(correct) if len(correct) else 0.0}
   out.update(temporal_summary(ious, iops))
   out.update(mask_summary(entry_j, entry_f))
   out["num_entries"] = len(correct)
@@ -535,9 +542,9 @@ def mcq_task_counts(results: Mapping[str, Mapping[str, Any]], task: str) -> dict
       continue
     valid += 1
     correct += pred == gt
-  return {"correct": correct, "total": total, "valid": valid,
-          "accuracy": 100.0 * correct / total if total else 0.0,
-          "coverage": 100.0 * valid / total if total else 0.0}
+  return {"correct": correct, "total": total, "valid": valid,  # the official float expressions, in its order
+          "accuracy": (correct / total * 100) if total > 0 else 0.0,
+          "coverage": (valid / total * 100) if total > 0 else 0.0}
 
 
 def mcq_results_metrics(results: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
@@ -553,7 +560,7 @@ def mcq_results_metrics(results: Mapping[str, Mapping[str, Any]]) -> dict[str, A
   out: dict[str, Any] = {t: mcq_task_counts(results, t) for t in MCQ_TASKS}
   questions = sum(out[t]["total"] for t in MCQ_TASKS)
   right = sum(out[t]["correct"] for t in MCQ_TASKS)
-  out["overall_accuracy"] = 100.0 * right / questions if questions else 0.0
+  out["overall_accuracy"] = (right / questions * 100) if questions > 0 else 0.0
   full = all_right = 0
   for rec in results.values():
     pairs = [(rec.get(p), rec.get(g)) for p, g in MCQ_RESULT_KEYS.values()]
