@@ -227,7 +227,7 @@ def evaluate(gt_csv: str, pred_json: str, gt_masks: Optional[str], pred_masks: O
       rec["missing"] = True
     elif pred["error"]:
       rec["format_error"] = pred["error"]
-    if gt_masks is not None and os.path.isdir(os.path.join(gt_masks, eid)):
+    if gt_masks is not None and os.path.exists(os.path.join(gt_masks, eid)):  # exists(), as the official check
       scores = entry_mask_scores_from_dirs(os.path.join(gt_masks, eid), _pred_mask_dir(pred, eid, pred_masks),
                                            bound_th, match_frame_numbers, errors)
       if scores is not None:
