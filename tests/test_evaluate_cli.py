@@ -415,6 +415,12 @@ def test_mcq_cli_release_layout(tmp_path):
   # qa: e1 right ("down " == "DOWN"), e2 wrong; temporal: e1 right, e2 not asked; spatial: e1 wrong (B), e2 right.
   assert (out["qa"], out["temporal"], out["spatial"]) == (50.0, 100.0, 50.0)
   assert out["temporal_total"] == 1 and out["overall_accuracy"] == 60.0
+  # An answer that pandas reads as NaN ("None"): the authors' pipeline has no QA question for that entry.
+  pd.DataFrame({"entry_id": ["e1", "e2"], "options": ["['Up', 'down ', 'left']", "['None', 'b']"],
+                "answer": ["DOWN", "None"]}).to_csv(tmp_path / "na.csv", index=False)
+  na = mcq_cli.main(["--mcq-csv", str(tmp_path / "na.csv"), "--pred", str(tmp_path / "pred.json"),
+                     "--out", str(tmp_path / "na.json")])
+  assert (na["qa"], na["qa_total"], na["temporal_total"]) == (100.0, 1, 0)
   pd.DataFrame({"entry_id": ["e1"], "options": ["['up', 'left']"], "answer": ["down"]}).to_csv(
       tmp_path / "bad.csv", index=False)
   with pytest.raises(ValueError, match=r"bad.csv line 2 \(entry e1\): answer 'down' is not one of the options"):

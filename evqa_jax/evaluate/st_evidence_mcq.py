@@ -25,6 +25,8 @@ evidence_s; any gt_* keys in it are ignored) or our option indices {"qa": int, "
 Release ground truth (what the authors' inference scripts put into gt_*):
   st_evidence_mcq.csv: entry_id, options (the authors' scripts; `candidates` in the dataset card is accepted too, as
     a python-list string) and answer (text): gt_answer = the letter of the option equal to it (strip, lower-case);
+    a row whose entry_id or answer is a pandas NA string ("", "None", "NA", "null", ...) has no QA ground truth,
+    as in the authors' pipeline (they read the CSV with pandas defaults and skip such a row);
   temp_options.json: {entry_id: {"time_evidence_options": [4 segment sets], "correct_answer": "A".."D"}}: gt_evidence_t
     = correct_answer (an integer index is taken as its letter);
   mask_options.json: {key: {["entry_id"], "options": [...] or "mcq_options": [...], "answer" (or "correct_answer"):
@@ -58,6 +60,9 @@ from evqa_jax.evaluate import json_safe, load_json_object
 from evqa_jax.metrics import st_evidence as st
 
 NUM_SPATIAL_OPTIONS = 4
+# pandas.read_csv's default NA strings (the authors' scripts read st_evidence_mcq.csv with the defaults).
+PANDAS_NA = frozenset(["", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN",
+                       "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null"])
 NUM_TEMPORAL_OPTIONS = 4
 
 
@@ -123,8 +128,10 @@ def _qa_letters(csv_path: str) -> dict[str, str]:
   for line, rec in enumerate(df.to_dict("records"), start=2):
     entry_id = str(rec["entry_id"])
     where = f"MCQ CSV {csv_path} line {line} (entry {entry_id})"
-    if not entry_id:
-      continue  # the authors' scripts skip rows without an entry_id
+    if entry_id in PANDAS_NA or rec["answer"] in PANDAS_NA:
+      # The authors read this CSV with pandas defaults: such a cell is NaN, and their scripts skip the row (no
+      # entry_id) or fail on it and leave the question out (answer): no QA ground truth, as theirs.
+      continue
     options = st.parse_candidates(rec[col], where)
     answer = rec["answer"].strip().lower()
     hits = [i for i, o in enumerate(options) if o.strip().lower() == answer]
