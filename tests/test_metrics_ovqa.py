@@ -1,6 +1,5 @@
 """OVQA metrics on hand-computed cases: categories, per-category accuracy, mAcc vs total, BNG, Table 1."""
 
-import math
 
 import pytest
 

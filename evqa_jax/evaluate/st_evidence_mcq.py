@@ -47,7 +47,6 @@ num_missing_entries, num_unmatched_predictions.
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import os
 import sys

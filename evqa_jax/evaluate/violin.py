@@ -24,7 +24,6 @@ num_correct, num_real_correct, num_fake_correct, num_clips, num_missing_clips; a
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from typing import Any, Optional, Sequence
