@@ -265,9 +265,9 @@ def test_st_evidence_cli_numbers(st_files):
   assert o["mask_metrics"] == {"J": round(m["J"], 2), "F": round(m["F"], 2), "J&F": round(m["JF"], 2),
                                "num_entries": 6, "total_masks": 9}
   per = m["per_sample_scores"]
-  assert per["e6"]["qa_correct"] and per["e7"]["temporal_iou"] == pytest.approx(5 / 12)
+  assert per["e6"]["correct"] and per["e7"]["IoU"] == pytest.approx(5 / 12)
   assert per["e7"]["format_error"] == "malformed_segments" and per["e4"]["missing"]
-  assert per["e1"]["num_mask_frames"] == 3 and "spatial_j" not in per["e4"] and per["e5"]["spatial_j"] == 0.0
+  assert per["e1"]["num_mask_frames"] == 3 and "J" not in per["e4"] and per["e5"]["J"] == 0.0
   assert _read(t / "per_entry.json") == per
 
 
@@ -299,7 +299,7 @@ def test_st_evidence_cli_bad_masks_never_abort(st_files):
   del preds["e6"]["mask_folder"]
   (t / "pred.json").write_text(json.dumps(preds))
   m = st_cli.main(_st_args(t))
-  assert m["format_errors_mask_size_mismatch"] == 1 and m["per_sample_scores"]["e6"]["spatial_j"] == 0.0
+  assert m["format_errors_mask_size_mismatch"] == 1 and m["per_sample_scores"]["e6"]["J"] == 0.0
 
 
 def test_st_evidence_cli_malformed_gt_is_an_error(st_files):

@@ -28,7 +28,8 @@ Output (--out, default <pred dir>/<pred stem>_eval.json as the official script):
 blocks with its rounding (qa_metrics, temporal_metrics, format_errors, mask_metrics, num_samples); then our
 unrounded flat keys (accuracy, mIoU, mIoP, tIoU@0.3, tIoU@0.5, tIoP@0.3, tIoP@0.5, t_mean, J, F, JF in percent;
 num_correct, num_entries, num_mask_entries, num_mask_frames, num_missing_predictions, num_unmatched_predictions,
-format_errors_<kind>) and "per_sample_scores". Where ours differs from the official script (a GT/prediction mask
+format_errors_<kind>) and "per_sample_scores" ({entry_id: {correct, IoU, IoP[, J, F, num_mask_frames][, missing |
+format_error]}}). Where ours differs from the official script (a GT/prediction mask
 size mismatch: the official loses every mask metric, ours scores that frame 0 and counts it) the README says so.
 """
 
@@ -221,8 +222,7 @@ def evaluate(gt_csv: str, pred_json: str, gt_masks: Optional[str], pred_masks: O
     correct.append(ok)
     ious.append(iou)
     iops.append(iop)
-    rec: dict[str, Any] = {"qa_correct": bool(ok), "temporal_iou": iou, "temporal_iop": iop,
-                           "temporal_avg": (iou + iop) / 2.0}
+    rec: dict[str, Any] = {"correct": bool(ok), "IoU": iou, "IoP": iop}
     if pred is None:
       rec["missing"] = True
     elif pred["error"]:
@@ -235,7 +235,7 @@ def evaluate(gt_csv: str, pred_json: str, gt_masks: Optional[str], pred_masks: O
         entry_j.append(j)
         entry_f.append(f)
         mask_frames += n
-        rec.update(spatial_j=j, spatial_f=f, spatial_jf=(j + f) / 2.0, num_mask_frames=n)
+        rec.update(J=j, F=f, num_mask_frames=n)
     per_entry[eid] = rec
 
   metrics = st.st_evidence_summary(correct, ious, iops, entry_j, entry_f)
