@@ -104,6 +104,12 @@ def test_ovqa_cli_authors_vocab_and_categories(ovqa_files):
   assert m["official"] == {"base": 0.6667, "common": 0.0, "rare": 0.5, "unseen": 1.0, "total": 0.6667,
                            "macc": 0.6667}
   assert "table1" not in m  # no train CSV
+  # train_vocab.json + ans2cat.json give the Table 1 answer counts over V_train u V_test.
+  (t / "train_vocab.json").write_text(json.dumps({"yes": 0, "none": 1, "cat": 2}))
+  v = ovqa_cli.main(args + ["--train-vocab", str(t / "train_vocab.json"), "--out", str(t / "v.json")])
+  assert v["table1"]["num_answers"] == {"base": 1, "common": 1, "rare": 2, "unseen": 1, "total": 5}
+  assert v["table1"]["num_train_vocab"] == {"base": 1, "common": 1, "rare": 1, "unseen": 0, "total": 3}
+  assert v["table1"]["num_test_answers"] == {"base": 1, "common": 0, "rare": 2, "unseen": 1, "total": 4}
   # A vocabulary answer without test sample: the official macc is NaN (0/0 in its mean) -> null; ours unchanged.
   (t / "test_vocab.json").write_text(json.dumps({"yes": 0, "none": 1, "dog": 2, "null": 3, "cat": 4}))
   m2 = ovqa_cli.main(args + ["--test-vocab", str(t / "test_vocab.json"), "--out", str(t / "m2.json")])

@@ -15,7 +15,8 @@ Inputs:
     as their evaluate() takes them. Every test answer must be in it.
   --test-vocab: the authors' test_vocab.json {answer: id}: the answer set of mAcc, as their class_tensor. Every test
     answer must be in it; an answer of it without test sample makes the official macc NaN (null), as theirs.
-    (train_vocab.json only matters to training: the official evaluate() never reads it.)
+  --train-vocab: the authors' train_vocab.json {answer: id} (V_train; their evaluate() never reads it): with --ans2cat
+    and no train CSV, "table1" counts the answers of V_train u V_test per category from these files.
   prediction CSV: columns `index` (row index in the test CSV, 0-based, counting data rows) and `prediction` (the
     answer string). A test row without a prediction is wrong; an index that is not a row of the test CSV, a repeated
     index or a missing column is an error.
@@ -195,7 +196,7 @@ def plot_long_tail(train_counts: dict[str, int], gt_answers: Sequence[str],
 
 def evaluate(train_csv: Optional[str], test_csv: str, pred_csvs: Sequence[str],
              labels: Optional[Sequence[str]] = None, test_vocab: Optional[str] = None,
-             ans2cat: Optional[str] = None) -> tuple[dict[str, dict], Optional[dict], dict[str, list], list[str], dict]:
+             ans2cat: Optional[str] = None, train_vocab: Optional[str] = None) -> tuple[dict[str, dict], Optional[dict], dict[str, list], list[str], dict]:
   """Scores prediction files. Returns (metrics per label, table1 stats or None without a train CSV, predictions per
   label, gt answers, train counts)."""
   if labels is None or len(labels) == 0:
@@ -212,6 +213,12 @@ def evaluate(train_csv: Optional[str], test_csv: str, pred_csvs: Sequence[str],
     counts = dict(ovqa_metrics_lib.answer_counts(read_answers(train_csv, "train CSV")))
     stats = ovqa_metrics_lib.table1(counts, gt_answers)
   categories = read_ans2cat(ans2cat) if ans2cat else None
+  if stats is None and train_vocab is not None and categories is not None:
+    v_train = read_vocab(train_vocab, "train_vocab JSON")
+    try:
+      stats = ovqa_metrics_lib.vocab_table(categories, v_train, gt_answers)
+    except ValueError as e:
+      raise ValueError(f"ans2cat JSON {ans2cat}: {e} (answers of {train_vocab} or {test_csv})") from None
   vocab = read_vocab(test_vocab) if test_vocab else None
   for path, table, what in ((ans2cat, categories, "ans2cat JSON"), (test_vocab, vocab, "test_vocab JSON")):
     if table is not None:
@@ -240,6 +247,8 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
   parser.add_argument("--test-csv", required=True, help="test split CSV (answer column)")
   parser.add_argument("--ans2cat", default=None, help="the authors' ans2cat.json: categories (replaces train counts)")
   parser.add_argument("--test-vocab", default=None, help="the authors' test_vocab.json: the mAcc answer set")
+  parser.add_argument("--train-vocab", default=None,
+                      help="the authors' train_vocab.json: Table 1 answer counts with --ans2cat and no --train-csv")
   parser.add_argument("--pred", required=True, action="append", help="prediction CSV (index,prediction); repeatable")
   parser.add_argument("--label", action="append", default=None, help="model name per --pred, in the same order")
   parser.add_argument("--out", required=True, help="metrics JSON to write")
@@ -249,7 +258,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
     parser.error("--plot needs --train-csv (the train frequency of each answer)")
 
   results, stats, preds, gt_answers, counts = evaluate(args.train_csv, args.test_csv, args.pred, args.label,
-                                                       args.test_vocab, args.ans2cat)
+                                                       args.test_vocab, args.ans2cat, args.train_vocab)
   with_official = {label: dict(official=official_block(m), **m) for label, m in results.items()}
   if len(results) == 1:
     out = dict(next(iter(with_official.values())))

@@ -195,3 +195,29 @@ def table1(train_answers: Mapping[str, int] | Iterable[str], test_answers: Seque
   for table in out.values():
     table["total"] = sum(table[c] for c in CATEGORIES)
   return out
+
+
+def vocab_table(categories: Mapping[str, str], train_vocab: Iterable[str],
+                test_answers: Iterable[str]) -> dict[str, dict[str, int]]:
+  """Table 1 answer counts from the authors' files, when the train CSV is not at hand.
+
+  Args:
+    categories: {answer: category} (ans2cat.json); every answer below must be in it.
+    train_vocab: V_train (train_vocab.json keys); test_answers: the test split's answers (or V_test).
+  Returns:
+    {"num_answers": unique answers of V_train u V_test per category (the paper's Table 1),
+     "num_train_vocab": V_train per category, "num_test_answers": unique test answers per category}, each with "total".
+  """
+  train_vocab, test_set = set(train_vocab), set(test_answers)
+  absent = sorted((train_vocab | test_set) - set(categories))
+  if absent:
+    raise ValueError(f"{len(absent)} answers have no category, e.g. {absent[:5]}")
+  out = {}
+  for key, answers in (("num_answers", train_vocab | test_set), ("num_train_vocab", train_vocab),
+                       ("num_test_answers", test_set)):
+    row = dict.fromkeys(CATEGORIES, 0)
+    for a in answers:
+      row[categories[a]] += 1
+    row["total"] = sum(row.values())
+    out[key] = row
+  return out
