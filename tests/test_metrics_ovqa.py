@@ -1,6 +1,5 @@
 """OVQA metrics on hand-computed cases: categories, per-category accuracy, mAcc vs total, BNG, Table 1."""
 
-import math
 
 import pytest
 
@@ -51,9 +50,28 @@ def test_mixed_model_and_missing_predictions():
 def test_exact_string_match_and_empty_category():
   out = ovqa.ovqa_metrics(["man", "man"], ["man ", "Man"], {"man": 20})
   assert out["total"] == 0.0
-  assert math.isnan(out["base"]) and math.isnan(out["BNG"])
+  # No base sample: the authors' MetricLogger reports 0 for a meter that never got a sample (not NaN / null).
+  assert out["base"] == 0.0 and out["unseen"] == 0.0 and out["num_samples_base"] == 0
+  assert out["BNG"] == 0.0 - out["non_base"]
   with pytest.raises(ValueError, match="predictions"):
     ovqa.ovqa_metrics(["a"], [], {})
+
+
+def test_categories_and_vocab_from_the_authors_files():
+  # ans2cat overrides the train counts: "man" is rare here although 50 train samples would make it common.
+  cats = {"yes": "base", "man": "rare", "dog": "rare", "zebra": "unseen"}
+  preds = ["yes"] * 6 + ["no", None] + ["man", "cat", "zebra", None]
+  out = ovqa.ovqa_metrics(GT, preds, categories=cats, vocab=["yes", "man", "dog", "zebra"])
+  assert out["base"] == 75.0 and out["common"] == 0.0 and out["rare"] == 50.0 and out["unseen"] == 50.0
+  assert out["num_samples_common"] == 0 and out["num_vocab_answers_without_samples"] == 0
+  assert out["mAcc"] == pytest.approx(100 * (0.75 + 1 + 0 + 0.5) / 4)
+  # A vocabulary answer without test sample: counted (the official macc is then NaN), our mAcc unchanged.
+  more = ovqa.ovqa_metrics(GT, preds, categories=cats, vocab=["yes", "man", "dog", "zebra", "cat"])
+  assert more["num_vocab_answers_without_samples"] == 1 and more["mAcc"] == out["mAcc"]
+  with pytest.raises(ValueError, match="no category"):
+    ovqa.ovqa_metrics(GT, preds, categories={"yes": "base"})
+  with pytest.raises(ValueError, match="not in the test vocabulary"):
+    ovqa.ovqa_metrics(GT, preds, categories=cats, vocab=["yes"])
 
 
 def test_table1():
@@ -73,12 +91,30 @@ def test_per_answer_accuracy():
 
 def test_evaluate_files_matches_in_memory(tmp_path):
   import pandas as pd  # pylint: disable=g-import-not-at-top
+  from evqa_jax.evaluate import ovqa as ovqa_eval  # pylint: disable=g-import-not-at-top
   train = ["yes"] * 200 + ["man"] * 50 + ["dog"] * 5 + ["cat"] * 3
   pd.DataFrame({"answer": train}).to_csv(tmp_path / "train.csv", index=False)
   pd.DataFrame({"answer": GT}).to_csv(tmp_path / "test.csv", index=False)
   preds = ["yes"] * 6 + ["no", None] + ["man", "cat", "zebra", None]
   rows = [(i, p) for i, p in enumerate(preds) if p is not None]
   pd.DataFrame(rows, columns=["index", "prediction"]).to_csv(tmp_path / "pred.csv", index=False)
-  got = ovqa.evaluate_files(str(tmp_path / "train.csv"), str(tmp_path / "test.csv"), str(tmp_path / "pred.csv"))
+  got = ovqa_eval.evaluate_files(str(tmp_path / "train.csv"), str(tmp_path / "test.csv"), str(tmp_path / "pred.csv"))
   assert got == ovqa.ovqa_metrics(GT, preds, TRAIN_COUNTS)
   assert got["BNG"] == 25.0
+
+
+def test_metrics_package_imports_no_evaluator_pandas_or_matplotlib():
+  # metrics/ is the plain-numpy layer under evaluate/ (issue 12): importing it back makes a cycle.
+  import ast  # pylint: disable=g-import-not-at-top
+  import os  # pylint: disable=g-import-not-at-top
+  root = os.path.dirname(ovqa.__file__)
+  for name in sorted(os.listdir(root)):
+    if not name.endswith(".py"):
+      continue
+    with open(os.path.join(root, name)) as f:
+      tree = ast.parse(f.read())
+    for node in ast.walk(tree):
+      mods = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+              [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+      for mod in mods:
+        assert not mod.startswith(("evqa_jax.evaluate", "pandas", "matplotlib")), (name, mod)

@@ -12,23 +12,61 @@ from evqa_jax.metrics import st_evidence as st
 # Answer accuracy.
 
 
-@pytest.mark.parametrize("letter,expected", [
+@pytest.mark.parametrize("answer,expected", [
     ("B", True), (" B ", True), ("A", False), ("E", False), ("", False), (None, False), ("b", False),
-    ("BB", False), (1, False)])
-def test_answer_is_correct(letter, expected):
-  assert st.answer_is_correct(letter, ["cat", " dog ", "bird"], "dog") is expected
+    ("BB", False), (1, False),
+    # The official script compares any non-letter answer as text: the option text itself is right.
+    ("dog", True), (" dog", True), ("Dog", False), ("bird", False)])
+def test_answer_is_correct(answer, expected):
+  assert st.answer_is_correct(answer, ["cat", " dog ", "bird"], "dog") is expected
 
 
-def test_parse_candidates_and_segments():
+def test_answer_letters_past_candidates_and_numbers_compare_as_text():
+  # "D" has no candidate among 3: it is compared as the text "D" (right only when the answer is "D").
+  assert st.answer_is_correct("D", ["x", "y", "z"], "D") and not st.answer_is_correct("D", ["x", "y", "z"], "x")
+  # Letters map only A..F; "G" stays text even with 7 candidates.
+  assert not st.answer_is_correct("G", list("abcdefg"), "g") and st.answer_is_correct("F", list("abcdefg"), "f")
+  # A number is compared through str(): 2 == "2", 2.0 == "2.0".
+  assert st.answer_is_correct(2, ["1", "2"], "2") and st.answer_is_correct(2.0, ["x"], "2.0")
+
+
+def test_parse_candidates_and_gt_segments():
   assert st.parse_candidates("['a b', \"c\", 3]") == ["a b", "c", "3"]
   assert st.parse_segments("[[0, 1.5], [2, 3]]") == [(0.0, 1.5), (2.0, 3.0)]
   assert st.parse_segments([[1, 2]]) == [(1.0, 2.0)]
   assert st.parse_segments("") == [] and st.parse_segments(None) == [] and st.parse_segments("[]") == []
-  for bad in ("[[0, 1]", "[[0, 1, 2]]", "[['a', 1]]", "[[3, 1]]", "5", "[[0, nan]]", "[[0, inf]]"):
+  # Shapes the official ground-truth loader reads: extra elements (first two used), numeric strings, reversed.
+  assert st.parse_segments("[[0, 1, 2]]") == [(0.0, 1.0)]
+  assert st.parse_segments("[['1.5', 3]]") == [(1.5, 3.0)]
+  assert st.parse_segments("[[3, 1]]") == [(3.0, 1.0)]
+  # What the official loader silently drops is a malformed ground truth here, named.
+  for bad in ("[[0, 1]", "[['a', 1]]", "[[5]]", "[(0, 1)]", "5", "[[0, nan]]", "[[0, inf]]"):
     with pytest.raises(ValueError, match="row 7"):
       st.parse_segments(bad, where="row 7")
   with pytest.raises(ValueError, match="row 3"):
     st.parse_candidates("['a',", where="row 3")
+
+
+@pytest.mark.parametrize("value,segments,kind", [
+    ([[0, 1], [2, 3]], [(0, 1), (2, 3)], None),
+    ([0, 1, 2, 3], [(0, 1), (2, 3)], None),                            # flat list of numbers
+    ([0, 1, 2], [(0, 1)], None),                                       # odd flat list: last number dropped silently
+    ([True, 2], [(1, 2)], None),                                       # booleans are numbers to the official check
+    ([{"start": 1, "end": 2}, {"start_time": "3", "end_time": 4.5}], [(1, 2), (3, 4.5)], None),
+    ([["1.5", " 2 "], [4, 6, 99, "x"]], [(1.5, 2), (4, 6)], None),     # numeric strings; extra elements ignored
+    ([[5, 3]], [(5, 3)], None),                                        # reversed: kept, length 0 later
+    ([[0, 1], [2]], [(0, 1)], "malformed_segments"),
+    ([[0, 1], "0-1"], [(0, 1)], "malformed_segments"),
+    (["0", "1"], [], "malformed_segments"),                            # strings are not a flat list of numbers
+    ([{"begin": 0, "end": 1}, {"start": None, "end": 1}], [], "malformed_segments"),
+    ([["a", 1], [[0, 1], [2, 3]]], [], "malformed_segments"),
+    ([0, [1, 2]], [(1, 2)], "malformed_segments"),
+    ([], [], "empty_segments"),
+    (None, [], "parse_errors"), ("[[0, 1]]", [], "parse_errors"), ({"start": 0, "end": 1}, [], "parse_errors"),
+])
+def test_parse_pred_segments_official_shapes(value, segments, kind):
+  got, got_kind = st.parse_pred_segments(value)
+  assert got == [tuple(map(float, s)) for s in segments] and got_kind == kind
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -48,6 +86,12 @@ def test_parse_candidates_and_segments():
     ([[0, 10]], [[5, 5]], 0.0, 0.0),
     # Duplicated segments on both sides make the union 0: scored 0, not a division error.
     ([[0, 10], [0, 10]], [[0, 10], [0, 10]], 0.0, 2.0),
+    # A reversed predicted segment has length 0 and intersects nothing: inter 2, pred_len 2, union 10.
+    ([[0, 10]], [[8, 2], [4, 6]], 0.2, 1.0),
+    # Only reversed predictions: pred_len 0 -> IoP 0; union 10 -> IoU 0.
+    ([[0, 10]], [[6, 4]], 0.0, 0.0),
+    # Empty ground truth: 0 whatever the prediction.
+    ([], [[0, 10]], 0.0, 0.0),
 ])
 def test_temporal_iou_iop(gt, pred, iou, iop):
   got_iou, got_iop = st.temporal_iou_iop(gt, pred)
@@ -279,12 +323,54 @@ def test_davis_sequence_scores_and_aggregate():
 # MCQ.
 
 
-def test_mcq_metrics_pooled_and_missing():
+def test_mcq_metrics_official_denominators_and_overall():
   gt = {"a": {"qa": 1, "temporal": 0, "spatial": 3}, "b": {"qa": 0, "temporal": 2, "spatial": 1},
         "c": {"qa": 4, "temporal": 1, "spatial": 0}, "d": {"qa": 2, "temporal": 3, "spatial": 2}}
   pred = {"a": {"qa": 1, "temporal": 0, "spatial": 3},        # all right
           "b": {"qa": 0, "temporal": 2, "spatial": 0},        # spatial wrong
           "c": {"qa": 4, "temporal": None}}                   # temporal null, spatial missing
-  out = st.mcq_metrics(gt, pred)                              # d missing
-  assert out["qa"] == 75.0 and out["temporal"] == 50.0 and out["spatial"] == 25.0 and out["pooled"] == 25.0
-  assert out["num_entries"] == 4 and out["num_missing_entries"] == 1
+  out = st.mcq_metrics(gt, pred)                              # d absent: not counted (official denominator)
+  assert (out["qa"], out["temporal"], out["spatial"]) == (100.0, pytest.approx(200 / 3), pytest.approx(100 / 3))
+  assert out["overall_accuracy"] == pytest.approx(100 * 6 / 9) and out["pooled"] == pytest.approx(100 / 3)
+  assert (out["temporal_correct"], out["temporal_total"], out["temporal_valid"]) == (2, 3, 2)
+  assert out["spatial_coverage"] == pytest.approx(200 / 3)
+  assert out["num_entries"] == 3 and out["num_missing_entries"] == 1
+  strict = st.mcq_metrics(gt, pred, count_missing=True)
+  assert (strict["qa"], strict["temporal"], strict["spatial"], strict["pooled"]) == (75.0, 50.0, 25.0, 25.0)
+  assert strict["overall_accuracy"] == 50.0
+  # Out-of-range and malformed choices are wrong answers, not errors.
+  out = st.mcq_metrics(gt, {"a": {"qa": 7, "temporal": -1, "spatial": "D"}})
+  assert (out["qa"], out["temporal"], out["spatial"]) == (0.0, 0.0, 100.0) and out["qa_valid"] == 1
+
+
+def test_mcq_results_metrics_authors_layout():
+  results = {
+      "a": {"answer": "A", "gt_answer": "A", "evidence_t": "B", "gt_evidence_t": "B", "evidence_s": "F",
+            "gt_evidence_s": "C"},
+      "b": {"answer": None, "gt_answer": "B", "evidence_t": "a", "gt_evidence_t": "A", "evidence_s": "D",
+            "gt_evidence_s": "D"},
+      "c": {"answer": "C", "gt_answer": "C"},
+      "d": {"answer": "None", "gt_answer": "", "evidence_t": "", "gt_evidence_t": "C", "evidence_s": "B",
+            "gt_evidence_s": "B"},
+  }
+  m = st.mcq_results_metrics(results)
+  assert m["qa"] == {"correct": 2, "total": 3, "valid": 2, "accuracy": pytest.approx(200 / 3),
+                     "coverage": pytest.approx(200 / 3)}
+  assert m["temporal"] == {"correct": 1, "total": 3, "valid": 2, "accuracy": pytest.approx(100 / 3),
+                           "coverage": pytest.approx(200 / 3)}
+  assert m["spatial"] == {"correct": 2, "total": 3, "valid": 3, "accuracy": pytest.approx(200 / 3),
+                          "coverage": 100.0}
+  assert m["overall_accuracy"] == pytest.approx(100 * 5 / 9)
+  assert m["pooled"] == 0.0 and m["total_entries"] == 4
+  assert st.mcq_results_metrics({})["overall_accuracy"] == 0.0
+
+
+def test_percentages_use_the_official_float_expression():
+  # 100 * 23 / 160 is exactly 14.375 (rounds to 14.38 in the official 2-decimal JSON); a numpy mean of 23 ones in 160
+  # gives 14.374999999999998 (14.37): the expression itself must be the official one.
+  ious = [0.6] * 23 + [0.0] * 137
+  out = st.st_evidence_summary([True] * 23 + [False] * 137, ious, ious, [], [])
+  assert out["accuracy"] == 14.375 and out["tIoU@0.5"] == 14.375 and round(out["tIoU@0.3"], 2) == 14.38
+  assert math.isnan(out["J"])
+  # No entry at all: the official script writes 0, not NaN.
+  assert st.st_evidence_summary([], [], [], [], [])["mIoU"] == 0.0

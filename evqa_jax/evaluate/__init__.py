@@ -1,14 +1,17 @@
-"""Command-line evaluators over prediction files in the benchmarks' official formats.
+"""Command-line evaluators over prediction files; by default each gives the official scoring script's numbers.
 
-  python -m evqa_jax.evaluate.ovqa            --train-csv T --test-csv S --pred P [--pred P2 --label A --label B]
-                                              --out metrics.json [--plot long_tail.png]
-  python -m evqa_jax.evaluate.st_evidence     --gt-csv G --gt-masks DIR --pred P.json --pred-masks DIR --out metrics.json
-  python -m evqa_jax.evaluate.st_evidence_mcq --gt G.json --pred P.json --out metrics.json
-  python -m evqa_jax.evaluate.violin          --gt violin_annotation.json --pred P.json --out metrics.json
+  python -m evqa_jax.evaluate.ovqa            --train-csv T | --ans2cat A [--test-vocab V]  --test-csv S --pred P
+                                              [--pred P2 --label A --label B] --out metrics.json [--plot long_tail.png]
+  python -m evqa_jax.evaluate.st_evidence     --gt-csv G --pred P.json [--gt-masks DIR [--pred-masks DIR]]
+                                              [--out metrics.json]
+  python -m evqa_jax.evaluate.st_evidence_mcq RESULTS.json | --pred P.json (--gt G.json | --mcq-csv C --temp-options T
+                                              --mask-options M) [--out metrics.json]
+  python -m evqa_jax.evaluate.violin          --gt violin_annotation.json --pred P.json [--split test] --out m.json
 
 Each module exposes `main(argv=None) -> dict` (the metrics it wrote) so tests and scripts can call it in-process.
-Metrics come from `evqa_jax.metrics`; output files are written atomically through `evqa_jax.io`. NaN (a metric with
-an empty denominator) is written as JSON null.
+Each output starts with an "official" block (the official keys and rounding), then our unrounded values and counts.
+Metrics come from `evqa_jax.metrics` (which never imports this package); file reading lives here; output files are
+written atomically through `evqa_jax.io`. NaN (a metric with an empty denominator) is written as JSON null.
 """
 
 import json

@@ -1,28 +1,42 @@
-"""ST-Evidence-Gen evaluator: answer accuracy, temporal IoU/IoP and mask J/F, as the benchmark computes them.
+"""ST-Evidence-Gen evaluator: answer accuracy, temporal IoU/IoP and mask J/F, as the official script computes them.
 
-Usage:
-  python -m evqa_jax.evaluate.st_evidence --gt-csv gt.csv --gt-masks gt_masks --pred preds.json \
-      --pred-masks pred_masks --out metrics.json [--per-entry per_entry.json]
+Usage (the official script's `eval_st_evidence.py --gt_file G --pred_file P [--eval_masks --gt_mask_dir D
+--pred_mask_dir M]`):
+  python -m evqa_jax.evaluate.st_evidence --gt-csv gt.csv --pred preds.json [--gt-masks gt_masks \
+      [--pred-masks pred_masks] [--mask-mode concat|seperate]] [--out metrics.json] [--per-entry per_entry.json]
 
-Inputs:
-  --gt-csv: columns entry_id, video_id, video_path, question, candidates (python-list string), answer (text),
-    segment ("[[s, e], ...]" seconds); only entry_id, candidates, answer and segment are read.
-  --gt-masks: <dir>/<entry_id>/<frame>.png, any non-zero pixel = object (all objects merged).
-  --pred: JSON {entry_id: {"video_id": ..., "parsed_response": {"answer": "A".."E", "segments": [[s, e], ...]}}}.
-    A null/missing parsed_response, answer or segments means no answer / no segments (scored wrong / 0).
-  --pred-masks: <dir>/<entry_id>/masks/<frame>.png (0/255; any non-zero = object). A frame is matched with the
-    ground-truth PNG of the same frame: same file name, or the same number when both names are numeric
-    (00012.png and 12.png are frame 12).
+Inputs, read exactly as SalesforceAIResearch/EVQA `benchmark/st_evidence_gen/eval_st_evidence.py` reads them:
+  --gt-csv: columns entry_id, candidates (python-list string), answer (text), segment ("[[s, e], ...]" seconds);
+    other columns are ignored. A row the official loader would silently misread (unparsable candidates or segments,
+    a repeated or empty entry_id) is an error naming the file, line and entry.
+  --pred: JSON {entry_id: {"parsed_response": {"answer": ..., "segments": ...}, ["mask_folder": dir]}}.
+    answer: a letter A..F (mapped to the candidates) or the answer text itself ("down"), compared after strip;
+    segments: [[s, e], ...], a flat [s1, e1, s2, ...], [{start, end}] or [{start_time, end_time}], numbers or numeric
+    strings, extra elements ignored, reversed segments length 0. Unreadable parts score 0 and are counted by kind
+    (none_responses, empty_segments, malformed_segments, parse_errors); nothing in a prediction aborts the run.
+  --gt-masks: <dir>/<entry_id>/<name>.png, binarised as PIL convert('L') > 0. Masks are scored only when given
+    (the official --eval_masks). An entry without a GT folder is skipped.
+  --pred-masks: <dir>/<entry_id>/masks/<name>.png; default, as the official script: the --pred path with ".json"
+    removed, + "/concat" (or "/seperate" with --mask-mode seperate). An entry's "mask_folder" key, when present,
+    takes precedence (a path relative to the working directory, as in the official script). A predicted PNG is
+    matched to the GT PNG of exactly the same file name (no GT PNG = empty mask); unreadable PNGs are skipped.
 
-Output keys (percent): accuracy, mIoU, mIoP, tIoU@0.3, tIoU@0.5, tIoP@0.3, tIoP@0.5, t_mean, J, F, JF; plus
-num_entries, num_mask_entries (entries with a GT mask folder), num_missing_predictions, num_unmatched_predictions
-(prediction entries not in the GT, ignored). Semantics and quirks: `evqa_jax.metrics.st_evidence`.
-Malformed segments, unreadable PNGs and GT/prediction mask size mismatches raise errors naming the file.
+Leniency beyond the official script (off by default):
+  --match-frame-numbers   also match numeric names by value (12.png <-> 00012.png).
+
+Output (--out, default <pred dir>/<pred stem>_eval.json as the official script): "official": the official JSON's
+blocks with its rounding (qa_metrics, temporal_metrics, format_errors, mask_metrics, num_samples); then our
+unrounded flat keys (accuracy, mIoU, mIoP, tIoU@0.3, tIoU@0.5, tIoP@0.3, tIoP@0.5, t_mean, J, F, JF in percent;
+num_correct, num_entries, num_mask_entries, num_mask_frames, num_missing_predictions, num_unmatched_predictions,
+format_errors_<kind>) and "per_sample_scores" ({entry_id: {correct, IoU, IoP[, J, F, num_mask_frames][, missing |
+format_error]}}). Where ours differs from the official script (a GT/prediction mask
+size mismatch: the official loses every mask metric, ours scores that frame 0 and counts it) the README says so.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import sys
@@ -37,6 +51,11 @@ from evqa_jax.evaluate import json_safe, load_json_object
 from evqa_jax.metrics import st_evidence as st
 
 GT_COLUMNS = ("entry_id", "candidates", "answer", "segment")
+# The official format_errors keys, in its order; ours adds the kinds the official script would crash on.
+OFFICIAL_ERROR_KINDS = ("none_responses", "empty_segments", "malformed_segments", "parse_errors")
+EXTRA_ERROR_KINDS = ("invalid_entries", "bad_mask_folder", "mask_size_mismatch", "unreadable_masks")
+TEMPORAL_KEYS = {"mIoU": "mIoU", "mIoP": "mIoP", "t_mean": "t_mean", "TIoU@0.3": "tIoU@0.3", "TIoU@0.5": "tIoU@0.5",
+                 "TIoP@0.3": "tIoP@0.3", "TIoP@0.5": "tIoP@0.5"}
 
 
 def read_gt_csv(path: str) -> list[dict[str, Any]]:
@@ -52,9 +71,9 @@ def read_gt_csv(path: str) -> list[dict[str, Any]]:
     raise ValueError(f"ground-truth CSV {path}: missing column(s) {missing}; found {list(df.columns)}")
   rows, seen = [], set()
   for line, rec in enumerate(df.to_dict("records"), start=2):
-    entry_id = str(rec["entry_id"]).strip()
+    entry_id = str(rec["entry_id"])  # verbatim: the official script matches ids without stripping
     where = f"ground-truth CSV {path} line {line} (entry {entry_id})"
-    if not entry_id:
+    if not entry_id.strip():
       raise ValueError(f"{where}: empty entry_id")
     if entry_id in seen:
       raise ValueError(f"{where}: entry_id appears twice")
@@ -68,99 +87,119 @@ def read_gt_csv(path: str) -> list[dict[str, Any]]:
   return rows
 
 
-def read_predictions(path: str) -> dict[str, dict[str, Any]]:
-  """{entry_id: {"answer": letter or None, "segments": [(s, e)]}} from the prediction JSON."""
-  raw = load_json_object(path, "prediction JSON", "{entry_id: {...}}")
-  preds = {}
+def read_predictions(path: str) -> tuple[dict[str, dict[str, Any]], collections.Counter]:
+  """Reads the prediction JSON as the official loader does; never raises on an entry.
+
+  Returns ({entry_id: {"answer": raw answer or None, "segments": [(s, e)], "error": kind or None,
+  "mask_folder": str or None}}, Counter of format errors by kind over every entry of the file).
+  """
+  raw = load_json_object(path, "prediction JSON", "{entry_id: {\"parsed_response\": {...}}}")
+  preds, errors = {}, collections.Counter()
   for entry_id, rec in raw.items():
-    where = f"prediction JSON {path} entry {entry_id}"
-    if not isinstance(rec, dict):
-      raise ValueError(f"{where}: expected an object with parsed_response, got {rec!r}")
-    resp = rec.get("parsed_response")
-    if resp is None:
-      resp = {}
-    if not isinstance(resp, dict):
-      raise ValueError(f"{where}: parsed_response must be an object {{answer, segments}}, got {resp!r}")
-    preds[str(entry_id)] = {"answer": resp.get("answer"),
-                            "segments": st.parse_segments(resp.get("segments"), f"{where} parsed_response.segments")}
-  return preds
+    answer, segments, kind, folder = None, [], None, None
+    resp = rec.get("parsed_response") if isinstance(rec, dict) else None
+    if not isinstance(rec, dict) or not (resp is None or isinstance(resp, dict)):
+      kind = "invalid_entries"  # the official script would crash here
+    elif resp is None:
+      kind = "none_responses"
+    else:
+      answer = resp.get("answer")
+      segments, kind = st.parse_pred_segments(resp.get("segments", []))
+    if isinstance(rec, dict) and rec.get("mask_folder"):
+      if isinstance(rec["mask_folder"], str):
+        folder = rec["mask_folder"]
+      else:
+        errors["bad_mask_folder"] += 1
+    if kind is not None:
+      errors[kind] += 1
+    preds[str(entry_id)] = {"answer": answer, "segments": segments, "error": kind, "mask_folder": folder}
+  return preds, errors
 
 
-def read_mask(path: str) -> np.ndarray:
-  """Binary mask of a PNG, bool [H, W]: any non-zero pixel (colour channels of RGB(A)) is object."""
+def read_mask(path: str) -> Optional[np.ndarray]:
+  """bool [H, W] = PIL convert('L') > 0 (so a colour pixel whose luminance rounds to 0 is background, exactly as the
+  official script); None when the file cannot be read as an image (the official script then skips the frame)."""
   try:
     with Image.open(path) as im:
-      im.load()
-      mode = im.mode
-      arr = np.asarray(im)
-  except (OSError, ValueError, SyntaxError) as e:
-    raise ValueError(f"cannot read mask PNG {path}: {e}") from None
-  if arr.ndim == 3:
-    if mode in ("RGBA", "LA", "PA", "La", "RGBa"):
-      arr = arr[..., :-1]
-    arr = arr.any(axis=-1)
-  elif arr.ndim != 2:
-    raise ValueError(f"mask PNG {path}: unexpected array shape {arr.shape}")
-  return arr != 0
+      return np.asarray(im.convert("L")) > 0
+  except Exception:  # pylint: disable=broad-except  (the official loader skips any unreadable file)
+    return None
 
 
-def _frame_key(name: str):
-  stem = os.path.splitext(name)[0]
-  return int(stem) if stem.isdigit() else stem
+def _png_names(directory: str) -> list[str]:
+  """Names ending in ".png" (case-sensitive, as the official glob('*.png')), sorted."""
+  return sorted(n for n in os.listdir(directory) if n.endswith(".png"))
 
 
-def _frame_pngs(directory: str) -> dict[Any, str]:
-  """{frame key: file name} of the PNGs in a folder; numeric names are keyed by their value ("00012" == "12")."""
-  if not os.path.isdir(directory):
-    return {}
-  out = {}
-  for name in sorted(os.listdir(directory)):
-    if not name.lower().endswith(".png") or not os.path.isfile(os.path.join(directory, name)):
-      continue
-    key = _frame_key(name)
-    if key in out:
-      raise ValueError(f"{directory}: {out[key]} and {name} name the same frame")
-    out[key] = name
-  return out
+def _frame_number_key(name: str):
+  stem = name[:-len(".png")]
+  return int(stem) if stem.isdigit() else name
 
 
-def entry_mask_scores_from_dirs(gt_dir: str, pred_dir: str,
-                                bound_th: float = st.BOUND_TH) -> tuple[float, float, int]:
-  """(J, F, number of scored frames) of one entry from its GT mask folder and predicted masks folder.
+def entry_mask_scores_from_dirs(gt_dir: str, pred_dir: Optional[str], bound_th: float = st.BOUND_TH,
+                                match_frame_numbers: bool = False,
+                                errors: Optional[collections.Counter] = None) -> Optional[tuple[float, float, int]]:
+  """(J, F, number of scored frames) of one entry whose GT folder exists, as the official `evaluate_single_entry`.
 
-  Only frames with a predicted PNG are scored; each is matched with the GT PNG of the same frame (same file name, or
-  the same number when both names are numeric, e.g. 00012.png and 12.png); a frame without a GT PNG is empty.
+  No predicted folder or no PNG in it -> (0, 0, 0). Each readable predicted PNG is scored against the GT PNG of the
+  same file name (an absent or unreadable GT PNG is empty). When no predicted PNG is readable the official script
+  drops the entry from the mask means: None. A GT/prediction size mismatch scores that frame 0 (counted in `errors`).
   """
-  pred_frames = _frame_pngs(pred_dir)
-  gt_frames = _frame_pngs(gt_dir)
+  if pred_dir is None or not os.path.isdir(pred_dir):
+    return 0.0, 0.0, 0
+  names = _png_names(pred_dir)
+  if not names:
+    return 0.0, 0.0, 0
+  gt_names = {}
+  if os.path.isdir(gt_dir):
+    for n in _png_names(gt_dir):
+      gt_names[_frame_number_key(n) if match_frame_numbers else n] = n
+  js, fs = [], []
+  for name in names:
+    pred = read_mask(os.path.join(pred_dir, name))
+    if pred is None:
+      if errors is not None:
+        errors["unreadable_masks"] += 1
+      continue
+    gt_name = gt_names.get(_frame_number_key(name) if match_frame_numbers else name)
+    gt = read_mask(os.path.join(gt_dir, gt_name)) if gt_name is not None else None
+    if gt is not None and gt.shape != pred.shape:
+      # The official empty-mask rules decide without comparing pixels; two non-empty masks of different sizes make
+      # the official script lose every mask metric: ours scores the frame 0 and counts it.
+      if gt.any() and pred.any() and errors is not None:
+        errors["mask_size_mismatch"] += 1
+      j = f = float(not gt.any() and not pred.any())
+    else:
+      j, f = st.frame_scores(gt, pred, bound_th)
+    js.append(j)
+    fs.append(f)
+  if not js:
+    return None
+  return float(np.mean(js)), float(np.mean(fs)), len(js)
 
-  def frames():
-    for key, name in pred_frames.items():
-      pred_path = os.path.join(pred_dir, name)
-      pred = read_mask(pred_path)
-      gt = None
-      if key in gt_frames:
-        gt_path = os.path.join(gt_dir, gt_frames[key])
-        gt = read_mask(gt_path)
-        if gt.shape != pred.shape:
-          raise ValueError(f"mask size mismatch: ground truth {gt_path} is {gt.shape[1]}x{gt.shape[0]} (WxH) but "
-                           f"prediction {pred_path} is {pred.shape[1]}x{pred.shape[0]}")
-      yield gt, pred
 
-  j, f = st.entry_mask_scores(frames(), bound_th)
-  return j, f, len(pred_frames)
+def _pred_mask_dir(pred: Optional[dict], entry_id: str, pred_masks: Optional[str]) -> Optional[str]:
+  """The official choice: the entry's mask_folder when present, else <pred_masks>/<entry_id>/masks."""
+  folder = pred.get("mask_folder") if pred else None
+  if folder:
+    return folder
+  if pred_masks:
+    return os.path.join(pred_masks, entry_id, "masks")
+  return None
 
 
 def evaluate(gt_csv: str, pred_json: str, gt_masks: Optional[str], pred_masks: Optional[str],
-             bound_th: float = st.BOUND_TH) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
-  """Scores one prediction set. Returns (metrics, per-entry scores). Masks are skipped when gt_masks is None."""
+             bound_th: float = st.BOUND_TH,
+             match_frame_numbers: bool = False) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+  """Scores one prediction set. Returns (flat metrics, per-entry scores).
+
+  Masks are scored only when gt_masks is given; pred_masks is the base folder (<pred_masks>/<entry_id>/masks), and
+  an entry's mask_folder key overrides it; with neither an entry's masks score 0.
+  """
   gt_rows = read_gt_csv(gt_csv)
-  preds = read_predictions(pred_json)
-  for root, what in ((gt_masks, "--gt-masks"), (pred_masks, "--pred-masks")):
-    if root is not None and not os.path.isdir(root):
-      raise FileNotFoundError(f"{what} directory {root} does not exist")
-  if (gt_masks is None) != (pred_masks is None):
-    raise ValueError("give both the ground-truth and the predicted mask directories, or neither")
+  preds, errors = read_predictions(pred_json)
+  if gt_masks is not None and not os.path.isdir(gt_masks):
+    raise FileNotFoundError(f"--gt-masks directory {gt_masks} does not exist")
 
   gt_ids = {r["entry_id"] for r in gt_rows}
   unmatched = sorted(set(preds) - gt_ids)
@@ -170,7 +209,7 @@ def evaluate(gt_csv: str, pred_json: str, gt_masks: Optional[str], pred_masks: O
 
   correct, ious, iops, entry_j, entry_f = [], [], [], [], []
   per_entry: dict[str, dict[str, Any]] = {}
-  missing = 0
+  missing = mask_frames = 0
   for row in gt_rows:
     eid = row["entry_id"]
     pred = preds.get(eid)
@@ -184,46 +223,94 @@ def evaluate(gt_csv: str, pred_json: str, gt_masks: Optional[str], pred_masks: O
     ious.append(iou)
     iops.append(iop)
     rec: dict[str, Any] = {"correct": bool(ok), "IoU": iou, "IoP": iop}
-    if gt_masks is not None:
-      gt_dir = os.path.join(gt_masks, eid)
-      if os.path.isdir(gt_dir):
-        j, f, n = entry_mask_scores_from_dirs(gt_dir, os.path.join(pred_masks, eid, "masks"), bound_th)
+    if pred is None:
+      rec["missing"] = True
+    elif pred["error"]:
+      rec["format_error"] = pred["error"]
+    if gt_masks is not None and os.path.exists(os.path.join(gt_masks, eid)):  # exists(), as the official check
+      scores = entry_mask_scores_from_dirs(os.path.join(gt_masks, eid), _pred_mask_dir(pred, eid, pred_masks),
+                                           bound_th, match_frame_numbers, errors)
+      if scores is not None:
+        j, f, n = scores
         entry_j.append(j)
         entry_f.append(f)
+        mask_frames += n
         rec.update(J=j, F=f, num_mask_frames=n)
     per_entry[eid] = rec
 
   metrics = st.st_evidence_summary(correct, ious, iops, entry_j, entry_f)
+  metrics["num_correct"] = int(sum(correct))
+  metrics["num_mask_frames"] = mask_frames
   metrics["num_missing_predictions"] = missing
   metrics["num_unmatched_predictions"] = len(unmatched)
+  metrics["masks_scored"] = gt_masks is not None
+  for kind in OFFICIAL_ERROR_KINDS + EXTRA_ERROR_KINDS:
+    metrics[f"format_errors_{kind}"] = errors[kind]
+  metrics["format_errors_total"] = sum(errors[k] for k in OFFICIAL_ERROR_KINDS)
   return metrics, per_entry
+
+
+def official_block(metrics: dict[str, Any]) -> dict[str, Any]:
+  """The official output JSON's blocks, with its rounding (2 decimals), from our flat metrics."""
+  out = {
+      "num_samples": metrics["num_entries"],
+      "qa_metrics": {"accuracy": round(metrics["accuracy"], 2), "correct": metrics["num_correct"],
+                     "total": metrics["num_entries"]},
+      "temporal_metrics": {k: round(metrics[ours], 2) for k, ours in TEMPORAL_KEYS.items()},
+      "format_errors": dict(total=metrics["format_errors_total"],
+                            **{k: metrics[f"format_errors_{k}"] for k in OFFICIAL_ERROR_KINDS}),
+  }
+  if metrics.get("masks_scored") and metrics["num_mask_entries"] > 0:
+    out["mask_metrics"] = {"J": round(metrics["J"], 2), "F": round(metrics["F"], 2), "J&F": round(metrics["JF"], 2),
+                           "num_entries": metrics["num_mask_entries"], "total_masks": metrics["num_mask_frames"]}
+  return out
 
 
 def format_table(metrics: dict[str, Any]) -> str:
   keys = ["accuracy", "mIoU", "mIoP", "tIoU@0.3", "tIoU@0.5", "tIoP@0.3", "tIoP@0.5", "t_mean", "J", "F", "JF"]
   head = "".join(f"{k:>10}" for k in keys)
   vals = "".join(f"{'-':>10}" if metrics[k] is None else f"{metrics[k]:10.2f}" for k in keys)
-  return (f"{head}\n{vals}\n{metrics['num_entries']} entries, {metrics['num_mask_entries']} with ground-truth masks, "
-          f"{metrics['num_missing_predictions']} without prediction")
+  errs = ", ".join(f"{k}: {metrics[f'format_errors_{k}']}" for k in OFFICIAL_ERROR_KINDS + EXTRA_ERROR_KINDS
+                   if metrics[f"format_errors_{k}"])
+  return (f"{head}\n{vals}\n{metrics['num_entries']} entries, {metrics['num_mask_entries']} scored for masks, "
+          f"{metrics['num_missing_predictions']} without prediction; format errors {metrics['format_errors_total']}"
+          + (f" ({errs})" if errs else ""))
+
+
+def default_pred_masks(pred_json: str, mask_mode: str) -> str:
+  """The official default: the prediction path with every ".json" removed, + "/concat" or "/seperate"."""
+  return pred_json.replace(".json", "") + "/" + mask_mode
 
 
 def main(argv: Optional[Sequence[str]] = None) -> dict:
   parser = argparse.ArgumentParser(prog="python -m evqa_jax.evaluate.st_evidence", description=__doc__.split("\n")[0])
   parser.add_argument("--gt-csv", required=True, help="ground-truth CSV")
-  parser.add_argument("--gt-masks", required=True, help="ground-truth masks: <dir>/<entry_id>/<frame>.png")
   parser.add_argument("--pred", required=True, help="prediction JSON")
-  parser.add_argument("--pred-masks", required=True, help="predicted masks: <dir>/<entry_id>/masks/<frame>.png")
-  parser.add_argument("--out", required=True, help="metrics JSON to write")
+  parser.add_argument("--gt-masks", default=None, help="ground-truth masks <dir>/<entry_id>/<name>.png; scores masks")
+  parser.add_argument("--pred-masks", default=None,
+                      help="predicted masks <dir>/<entry_id>/masks/<name>.png (default: <pred without .json>/concat)")
+  parser.add_argument("--mask-mode", default="concat", choices=["concat", "seperate"],
+                      help="sub-folder of the default --pred-masks, as the official --mask_mode")
+  parser.add_argument("--match-frame-numbers", action="store_true",
+                      help="leniency beyond the official script: match 12.png with 00012.png")
+  parser.add_argument("--out", default=None, help="metrics JSON to write (default <pred dir>/<pred stem>_eval.json)")
   parser.add_argument("--per-entry", default=None, help="optional JSON of per-entry scores")
   args = parser.parse_args(argv)
 
-  metrics, per_entry = evaluate(args.gt_csv, args.pred, args.gt_masks, args.pred_masks)
-  metrics = json_safe(metrics)
-  io.write_json(args.out, metrics)
+  pred_masks = args.pred_masks
+  if args.gt_masks is not None and pred_masks is None:
+    pred_masks = default_pred_masks(args.pred, args.mask_mode)
+  metrics, per_entry = evaluate(args.gt_csv, args.pred, args.gt_masks, pred_masks,
+                                match_frame_numbers=args.match_frame_numbers)
+  out = json_safe(dict(official=official_block(metrics), **metrics, per_sample_scores=per_entry))
+  out_path = args.out or os.path.join(os.path.dirname(args.pred),
+                                      os.path.splitext(os.path.basename(args.pred))[0] + "_eval.json")
+  io.write_json(out_path, out)
   if args.per_entry:
     io.write_json(args.per_entry, json_safe(per_entry))
-  print(format_table(metrics))
-  return metrics
+  print(format_table(out))
+  print(f"official: {json.dumps(out['official'])}")
+  return out
 
 
 if __name__ == "__main__":

@@ -98,11 +98,10 @@ def render(records_dir: str, pred_json: str, pred_masks: str, entry_ids: Sequenc
     valid = np.asarray(ex["frame_mask"]).astype(bool)
     positions = np.unique(np.round(np.linspace(0, int(valid.sum()) - 1, num_frames)).astype(int))
     resp = (preds.get(eid) or {}).get("parsed_response") or {}
-    pred_segments = st.parse_segments(resp.get("segments"), f"{pred_json} entry {eid}")
+    pred_segments, _ = st.parse_pred_segments(resp.get("segments", []))
     gt_segments = [tuple(map(float, s)) for s in np.asarray(ex["segments"]).reshape(-1, 2)]
     candidates = [str(c) for c in ex["candidates"]]
-    letter = st.letter_to_index(resp.get("answer"))
-    pred_answer = candidates[letter] if letter is not None and letter < len(candidates) else "-"
+    pred_answer = st.answer_text(resp.get("answer"), candidates) or "-"
     size = np.asarray(ex["frames"]).shape[1:3]
     for col, k in enumerate(positions):
       ax = fig.add_subplot(grid[3 * row, col])

@@ -6,8 +6,9 @@ Category of an answer by its count c in the train split: base c >= 101, common 1
 A prediction is correct when the predicted string equals the ground-truth string (no normalisation: normalising is
 the data converter's job, so that every model is scored on identical strings). A missing prediction (None) is wrong.
 
-Accuracies are percentages. A category without any test sample has no accuracy: it is reported as NaN here
-(the command-line evaluator writes NaN as JSON null).
+Accuracies are percentages. A category without any test sample reports 0, as the authors' MetricLogger does
+(mlvlab/OVQA util/metrics.py: a meter with count 0 has global_avg 0). When the authors' ans2cat.json is given, it
+defines the categories instead of train counts; when their test_vocab.json is given, it is the answer set of mAcc.
 """
 
 from __future__ import annotations
@@ -69,17 +70,26 @@ def answer_categories(train_answers: Mapping[str, int] | Iterable[str],
 
 
 def _pct(num: float, den: float) -> float:
-  return 100.0 * num / den if den > 0 else math.nan
+  """Percent; 0 for an empty denominator, as the official logger's global_avg."""
+  return 100.0 * num / den if den > 0 else 0.0
 
 
 def ovqa_metrics(gt_answers: Sequence[str], pred_answers: Sequence[Optional[str]],
-                 train_counts: Mapping[str, int] | Iterable[str]) -> dict[str, float | int]:
+                 train_counts: Optional[Mapping[str, int] | Iterable[str]] = None,
+                 categories: Optional[Mapping[str, str]] = None,
+                 vocab: Optional[Iterable[str]] = None) -> dict[str, float | int]:
   """OVQA accuracies of predictions against the ground truth.
 
   Args:
     gt_answers: ground-truth answer per test sample, [num_samples].
     pred_answers: predicted answer per test sample, [num_samples]; None = no prediction (wrong).
-    train_counts: mapping answer -> number of train samples with that answer (or the train answers themselves).
+    train_counts: mapping answer -> number of train samples with that answer (or the train answers themselves);
+      defines the categories unless `categories` is given.
+    categories: {answer: "base" | "common" | "rare" | "unseen"} (the authors' ans2cat.json); every ground-truth
+      answer must be in it.
+    vocab: the test vocabulary (the authors' test_vocab.json keys); every ground-truth answer must be in it. The
+      official mAcc averages over the whole vocabulary, so an answer without test sample makes it NaN:
+      num_vocab_answers_without_samples counts them (our mAcc averages over the answers with samples).
 
   Returns:
     Flat dict (percent unless noted):
@@ -90,12 +100,21 @@ def ovqa_metrics(gt_answers: Sequence[str], pred_answers: Sequence[Optional[str]
       BNG: base - non_base (appendix E of the OVQA paper);
       num_samples_<cat>, num_samples_total: test samples per category (int);
       num_answers_<cat>, num_answers_total: unique test answers per category (int);
-      num_correct_<cat>, num_correct_total (int).
+      num_correct_<cat>, num_correct_total (int);
+      num_vocab_answers_without_samples (int, only with `vocab`).
   """
   if len(gt_answers) != len(pred_answers):
     raise ValueError(f"{len(gt_answers)} ground-truth answers but {len(pred_answers)} predictions")
-  counts = _as_counts(train_counts)
-  cat_of = {a: category_of_count(int(counts.get(a, 0))) for a in set(gt_answers)}
+  if categories is not None:
+    absent = sorted(set(gt_answers) - set(categories))
+    if absent:
+      raise ValueError(f"{len(absent)} ground-truth answers have no category, e.g. {absent[:5]}")
+    cat_of = {a: categories[a] for a in set(gt_answers)}
+  elif train_counts is not None:
+    counts = _as_counts(train_counts)
+    cat_of = {a: category_of_count(int(counts.get(a, 0))) for a in set(gt_answers)}
+  else:
+    raise ValueError("ovqa_metrics needs train_counts or categories")
 
   samples = dict.fromkeys(CATEGORIES, 0)
   correct = dict.fromkeys(CATEGORIES, 0)
@@ -125,8 +144,14 @@ def ovqa_metrics(gt_answers: Sequence[str], pred_answers: Sequence[Optional[str]
   if per_answer_total:
     out["mAcc"] = 100.0 * float(np.mean([per_answer_correct[a] / per_answer_total[a] for a in per_answer_total]))
   else:
-    out["mAcc"] = math.nan
+    out["mAcc"] = math.nan  # the official mean over an empty set is NaN too
   out["BNG"] = out["base"] - out["non_base"]
+  if vocab is not None:
+    vocab = set(vocab)
+    absent = sorted(set(gt_answers) - vocab)
+    if absent:
+      raise ValueError(f"{len(absent)} ground-truth answers are not in the test vocabulary, e.g. {absent[:5]}")
+    out["num_vocab_answers_without_samples"] = len(vocab - set(per_answer_total))
   return out
 
 
@@ -172,14 +197,27 @@ def table1(train_answers: Mapping[str, int] | Iterable[str], test_answers: Seque
   return out
 
 
-def evaluate_files(train_csv: str, test_csv: str, pred_csv: str) -> dict[str, float | int | None]:
-  """`ovqa_metrics` of one prediction CSV (index,prediction) against the train/test CSVs.
+def vocab_table(categories: Mapping[str, str], train_vocab: Iterable[str],
+                test_answers: Iterable[str]) -> dict[str, dict[str, int]]:
+  """Table 1 answer counts from the authors' files, when the train CSV is not at hand.
 
-  The same reading rules as `python -m evqa_jax.evaluate.ovqa` (answers verbatim, a missing index is wrong, an index
-  outside the test CSV is an error). Returns the flat metrics with NaN (empty category) as None, ready for JSON.
+  Args:
+    categories: {answer: category} (ans2cat.json); every answer below must be in it.
+    train_vocab: V_train (train_vocab.json keys); test_answers: the test split's answers (or V_test).
+  Returns:
+    {"num_answers": unique answers of V_train u V_test per category (the paper's Table 1),
+     "num_train_vocab": V_train per category, "num_test_answers": unique test answers per category}, each with "total".
   """
-  from evqa_jax.evaluate import json_safe  # pylint: disable=g-import-not-at-top  (evaluate imports this module)
-  from evqa_jax.evaluate import ovqa as ovqa_cli  # pylint: disable=g-import-not-at-top
-
-  results, _, _, _, _ = ovqa_cli.evaluate(train_csv, test_csv, [pred_csv], ["model"])
-  return json_safe(results["model"])
+  train_vocab, test_set = set(train_vocab), set(test_answers)
+  absent = sorted((train_vocab | test_set) - set(categories))
+  if absent:
+    raise ValueError(f"{len(absent)} answers have no category, e.g. {absent[:5]}")
+  out = {}
+  for key, answers in (("num_answers", train_vocab | test_set), ("num_train_vocab", train_vocab),
+                       ("num_test_answers", test_set)):
+    row = dict.fromkeys(CATEGORIES, 0)
+    for a in answers:
+      row[categories[a]] += 1
+    row["total"] = sum(row.values())
+    out[key] = row
+  return out

@@ -1,14 +1,18 @@
 """ST-Evidence-Gen metrics (REFERENCE.md section 3) and DAVIS-2017 masklet aggregation; plain numpy.
 
 Reproduces the benchmark evaluator, quirks included:
-  - Answer: the predicted letter A.. selects candidates[index]; correct when it equals the ground-truth answer text
-    after strip. A missing entry, an unparsable letter or an index past the candidates is wrong; the denominator is
-    every ground-truth entry.
+  - Answer: str(prediction).strip(); a letter A..F with an index inside the candidates selects candidates[index], any
+    other string (option text "down", a letter past the candidates, "2") is compared as it is; correct when it equals
+    the ground-truth answer after strip. A missing entry or a null answer is wrong; the denominator is every
+    ground-truth entry.
+  - Predicted segments are read as the official loader reads them (`parse_pred_segments`): [[s, e], ...], a flat
+    [s1, e1, s2, e2] of numbers, {start, end} / {start_time, end_time} dicts, numbers as strings, extra elements
+    ignored; what cannot be read is dropped and the entry counted once by kind (malformed / empty / parse error).
   - Temporal: intersection = sum over ALL (gt, pred) segment pairs of max(0, min(ends) - max(starts)); segments are not
     merged, so overlapping predicted segments count the same ground-truth time twice and IoU can exceed 1.
-    IoU = inter / (gt_len + pred_len - inter), IoP = inter / pred_len; an empty prediction or a missing entry scores 0
-    and stays in the denominator. A non-positive union or predicted length (only reachable with duplicated segments on
-    both sides, or zero-length predictions) scores 0 instead of dividing by zero.
+    Lengths are max(0, e - s), so a reversed segment has length 0. IoU = inter / (gt_len + pred_len - inter),
+    IoP = inter / pred_len; an empty prediction (or ground truth) or a missing entry scores 0 and stays in the
+    denominator. A non-positive union or predicted length scores 0 instead of dividing by zero.
   - Masks: only frames with a predicted mask are scored; a missing ground-truth mask is empty; both empty -> J = F = 1;
     exactly one empty -> J = F = 0; otherwise J = IoU and F = the DAVIS boundary F-measure (`f_measure`).
     Per entry: mean over frames. An entry without predicted masks scores 0; an entry without a ground-truth mask
@@ -54,11 +58,18 @@ def parse_candidates(text: Any, where: str = "candidates") -> list[str]:
   return out
 
 
-def parse_segments(value: Any, where: str = "segments") -> list[tuple[float, float]]:
-  """[[start, end], ...] in seconds, from a string "[[s, e], ...]" or an already parsed list.
+def _pair(start: Any, end: Any) -> tuple[float, float]:
+  """float() of both ends, as the official loader does: numbers, numeric strings (" 1.5", "1e3") and booleans."""
+  return float(start), float(end)
 
-  Raises ValueError naming `where` on anything else, on non-finite numbers and on end < start.
-  None and "" mean no segments.
+
+def parse_segments(value: Any, where: str = "segments") -> list[tuple[float, float]]:
+  """Ground-truth segments [[start, end], ...] in seconds, from a string "[[s, e], ...]" or a parsed list.
+
+  The official ground-truth loader's shapes: each segment a list of >= 2 elements (the first two used), numbers or
+  numeric strings; a reversed segment is kept (its length counts as 0). None, "" and "[]" mean no segments. Anything
+  the official loader would silently drop (an unparsable string, a tuple, a segment it cannot read, a non-finite
+  time) is a malformed ground truth here: ValueError naming `where`.
   """
   if value is None:
     return []
@@ -68,66 +79,140 @@ def parse_segments(value: Any, where: str = "segments") -> list[tuple[float, flo
       return []
     try:
       parsed = ast.literal_eval(value.strip())
-    except (ValueError, SyntaxError) as e:
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError) as e:
       raise ValueError(f"{where}: segment string {value!r} is not a list literal ({e})") from None
-  if not isinstance(parsed, (list, tuple)):
-    raise ValueError(f"{where}: segments must be a list of [start, end] pairs, got {value!r}")
+  if not isinstance(parsed, list):
+    raise ValueError(f"{where}: segments must be a list of [start, end] lists, got {value!r}")
   out = []
   for seg in parsed:
-    if not isinstance(seg, (list, tuple)) or len(seg) != 2 or not all(
-        isinstance(x, (int, float)) and not isinstance(x, bool) for x in seg):
-      raise ValueError(f"{where}: segment {seg!r} is not a [start, end] pair of numbers (in {value!r})")
-    s, e = float(seg[0]), float(seg[1])
+    try:
+      if not isinstance(seg, list) or len(seg) < 2:
+        raise TypeError
+      s, e = _pair(seg[0], seg[1])
+    except (TypeError, ValueError):
+      raise ValueError(f"{where}: segment {seg!r} is not a [start, end] pair of numbers (in {value!r})") from None
     if not (math.isfinite(s) and math.isfinite(e)):
       raise ValueError(f"{where}: segment {seg!r} has a non-finite time")
-    if e < s:
-      raise ValueError(f"{where}: segment {seg!r} ends before it starts")
     out.append((s, e))
   return out
 
 
+# Kinds of unreadable predicted segments, counted once per entry (the official `format_errors` keys).
+EMPTY_SEGMENTS = "empty_segments"
+MALFORMED_SEGMENTS = "malformed_segments"
+PARSE_ERRORS = "parse_errors"
+
+
+def parse_pred_segments(value: Any) -> tuple[list[tuple[float, float]], Optional[str]]:
+  """Predicted segments as the official loader reads them; never raises.
+
+  Returns (segments, error kind or None):
+    - a list of numbers only (booleans included) is flat: [s1, e1, s2, e2, ...] paired up, an odd last one dropped;
+    - otherwise each element is read on its own: a list of >= 2 elements (first two), a {start, end} or
+      {start_time, end_time} dict; ends through float(), so "1.5" is read. An element that cannot be read is dropped
+      and the entry is MALFORMED_SEGMENTS (its readable segments still count);
+    - an empty list is EMPTY_SEGMENTS, anything that is not a list (None, a string, a dict) PARSE_ERRORS, no segments.
+  Reversed segments are kept; their length counts as 0.
+  """
+  if not isinstance(value, list):
+    return [], PARSE_ERRORS
+  if not value:
+    return [], EMPTY_SEGMENTS
+  out: list[tuple[float, float]] = []
+  if all(isinstance(x, (int, float)) for x in value):
+    for i in range(0, len(value) - 1, 2):
+      out.append((float(value[i]), float(value[i + 1])))
+    return out, None
+  bad = False
+  for seg in value:
+    try:
+      if isinstance(seg, list) and len(seg) >= 2:
+        out.append(_pair(seg[0], seg[1]))
+      elif isinstance(seg, dict) and "start" in seg and "end" in seg:
+        out.append(_pair(seg["start"], seg["end"]))
+      elif isinstance(seg, dict) and "start_time" in seg and "end_time" in seg:
+        out.append(_pair(seg["start_time"], seg["end_time"]))
+      else:
+        bad = True
+    except (TypeError, ValueError, OverflowError):
+      bad = True
+  return out, (MALFORMED_SEGMENTS if bad else None)
+
+
+# The official evaluator maps these letters to candidates; any other answer is compared as text.
+ANSWER_LETTERS = "ABCDEF"
+
+
 def letter_to_index(letter: Any) -> Optional[int]:
-  """"A" -> 0, "B" -> 1, ... after strip; None for anything else (an unparsable answer is simply wrong)."""
+  """"A" -> 0 .. "F" -> 5 after strip; None for anything else."""
   if not isinstance(letter, str):
     return None
   letter = letter.strip()
-  if len(letter) != 1 or not ("A" <= letter <= "Z"):
+  if len(letter) != 1 or letter not in ANSWER_LETTERS:
     return None
-  return ord(letter) - ord("A")
+  return ANSWER_LETTERS.index(letter)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
 # Answer and temporal scores.
 
 
-def answer_is_correct(letter: Any, candidates: Sequence[str], answer: str) -> bool:
-  """True when candidates[letter index] equals the ground-truth answer after strip."""
-  idx = letter_to_index(letter)
-  if idx is None or idx >= len(candidates):
-    return False
-  return str(candidates[idx]).strip() == str(answer).strip()
+def answer_text(answer: Any, candidates: Sequence[str]) -> Optional[str]:
+  """The answer text a prediction stands for: candidates[i] for a letter A..F inside the candidates, else
+  str(answer).strip() (option text, a number, a letter past the candidates); None for a null answer."""
+  if answer is None:
+    return None
+  text = str(answer).strip()
+  idx = letter_to_index(text)
+  if idx is not None and idx < len(candidates):
+    return str(candidates[idx]).strip()
+  return text
+
+
+def answer_is_correct(answer: Any, candidates: Sequence[str], gt_answer: Any) -> bool:
+  """True when the prediction (a letter or the answer text) equals the ground-truth answer after strip."""
+  text = answer_text(answer, candidates)
+  return text is not None and text == str(gt_answer).strip()
+
+
+def _total_length(segments: Sequence[Sequence[float]]) -> float:
+  return sum(max(0.0, e - s) for s, e in segments)
 
 
 def temporal_iou_iop(gt_segments: Sequence[Sequence[float]],
                      pred_segments: Sequence[Sequence[float]]) -> tuple[float, float]:
-  """(IoU, IoP) of one entry with the benchmark's unmerged pairwise intersection (IoU may exceed 1)."""
-  if len(pred_segments) == 0:
+  """(IoU, IoP) of one entry with the benchmark's unmerged pairwise intersection (IoU may exceed 1).
+
+  Reversed segments have length 0 and intersect nothing; NaN ends (float("nan") is a readable number) intersect
+  nothing either, through the same max/min argument order as the official evaluator.
+  """
+  if len(pred_segments) == 0 or len(gt_segments) == 0:
     return 0.0, 0.0
   inter = 0.0
   for gs, ge in gt_segments:
     for ps, pe in pred_segments:
-      inter += max(0.0, min(ge, pe) - max(gs, ps))
-  gt_len = float(sum(e - s for s, e in gt_segments))
-  pred_len = float(sum(e - s for s, e in pred_segments))
+      lo, hi = max(gs, ps), min(ge, pe)
+      if hi > lo:
+        inter += hi - lo
+  gt_len = _total_length(gt_segments)
+  pred_len = _total_length(pred_segments)
   union = gt_len + pred_len - inter
   iou = inter / union if union > 0 else 0.0
   iop = inter / pred_len if pred_len > 0 else 0.0
-  return iou, iop
+  return float(iou), float(iop)
 
 
 def _mean_pct(values) -> float:
+  """100 * mean with numpy's summation (the official mask means); NaN when empty."""
   values = np.asarray(values, dtype=np.float64)
   return 100.0 * float(values.mean()) if values.size else math.nan
+
+
+def _official_pct(values: Sequence[float]) -> float:
+  """100 * sum(values) / len(values) left to right in list order, the official script's own float expression (so its
+  2-decimal rounding never flips on the last bit); 0 when empty, as it writes."""
+  values = [float(v) for v in values]
+  return 100 * sum(values) / len(values) if values else 0.0
 
 
 def temporal_summary(ious: Sequence[float], iops: Sequence[float],
@@ -137,16 +222,16 @@ def temporal_summary(ious: Sequence[float], iops: Sequence[float],
   Args:
     ious, iops: one value per ground-truth entry, [num_entries] (0 for missing entries).
   """
-  ious = np.asarray(ious, dtype=np.float64)
-  iops = np.asarray(iops, dtype=np.float64)
-  if ious.shape != iops.shape:
-    raise ValueError(f"{ious.shape[0]} IoU values but {iops.shape[0]} IoP values")
-  out = {"mIoU": _mean_pct(ious), "mIoP": _mean_pct(iops)}
+  ious = [float(v) for v in ious]
+  iops = [float(v) for v in iops]
+  if len(ious) != len(iops):
+    raise ValueError(f"{len(ious)} IoU values but {len(iops)} IoP values")
+  out = {"mIoU": _official_pct(ious), "mIoP": _official_pct(iops)}
   for t in thresholds:
-    out[f"tIoU@{t}"] = _mean_pct(ious >= t)
+    out[f"tIoU@{t}"] = _official_pct([1 if v >= t else 0 for v in ious])
   for t in thresholds:
-    out[f"tIoP@{t}"] = _mean_pct(iops >= t)
-  out["t_mean"] = _mean_pct((ious + iops) / 2.0)
+    out[f"tIoP@{t}"] = _official_pct([1 if v >= t else 0 for v in iops])
+  out["t_mean"] = _official_pct([(a + b) / 2 for a, b in zip(ious, iops)])
   return out
 
 
@@ -306,10 +391,9 @@ def entry_mask_scores(frames: Iterable[tuple[Optional[np.ndarray], np.ndarray]],
 
 
 def mask_summary(entry_j: Sequence[float], entry_f: Sequence[float]) -> dict[str, float]:
-  """J, F and JF = (J + F) / 2 as mean over the scored entries x 100 (NaN when no entry has GT masks)."""
-  j = _mean_pct(entry_j)
-  f = _mean_pct(entry_f)
-  return {"J": j, "F": f, "JF": (j + f) / 2.0}
+  """J, F and JF = mean over the scored entries of (J + F) / 2, each x 100 (NaN when no entry has GT masks)."""
+  return {"J": _mean_pct(entry_j), "F": _mean_pct(entry_f),
+          "JF": _mean_pct([(j + f) / 2 for j, f in zip(entry_j, entry_f)])}
 
 
 def st_evidence_summary(correct: Sequence[bool], ious: Sequence[float], iops: Sequence[float],
@@ -325,7 +409,7 @@ def st_evidence_summary(correct: Sequence[bool], ious: Sequence[float], iops: Se
   """
   if not len(correct) == len(ious) == len(iops):
     raise ValueError(f"per-entry lists differ in length: {len(correct)}, {len(ious)}, {len(iops)}")
-  out: dict[str, float | int] = {"accuracy": _mean_pct(np.asarray(correct, dtype=bool))}
+  out: dict[str, float | int] = {"accuracy": 100 * sum(map(bool, correct)) / len(correct) if len(correct) else 0.0}
   out.update(temporal_summary(ious, iops))
   out.update(mask_summary(entry_j, entry_f))
   out["num_entries"] = len(correct)
@@ -428,34 +512,133 @@ def davis_aggregate(sequences: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> d
 # ST-Evidence-MCQ.
 
 MCQ_TASKS = ("qa", "temporal", "spatial")
+# The keys of the authors' results file: {entry_id: {"answer", "gt_answer", "evidence_t", "gt_evidence_t",
+# "evidence_s", "gt_evidence_s"}} (letters), one pair per task.
+MCQ_RESULT_KEYS = {"qa": ("answer", "gt_answer"), "temporal": ("evidence_t", "gt_evidence_t"),
+                   "spatial": ("evidence_s", "gt_evidence_s")}
+
+
+def _blank(v: Any) -> bool:
+  """The official evaluator's "no value": None, "" or the string "None"."""
+  return v is None or (isinstance(v, str) and v in ("", "None"))
+
+
+def mcq_task_counts(results: Mapping[str, Mapping[str, Any]], task: str) -> dict[str, float | int]:
+  """One task of the authors' results file scored as the official evaluator does.
+
+  An entry counts (total) when its ground truth is not blank; it is valid when its prediction is not blank; it is
+  correct when prediction == ground truth (plain equality: "a" != "A", an out-of-range letter is simply wrong).
+  Returns {"correct", "total", "valid", "accuracy", "coverage"} (percentages, 0 when total is 0).
+  """
+  pred_key, gt_key = MCQ_RESULT_KEYS[task]
+  correct = total = valid = 0
+  for rec in results.values():
+    gt = rec.get(gt_key)
+    if _blank(gt):
+      continue
+    total += 1
+    pred = rec.get(pred_key)
+    if _blank(pred):
+      continue
+    valid += 1
+    correct += pred == gt
+  return {"correct": correct, "total": total, "valid": valid,  # the official float expressions, in its order
+          "accuracy": (correct / total * 100) if total > 0 else 0.0,
+          "coverage": (valid / total * 100) if total > 0 else 0.0}
+
+
+def mcq_results_metrics(results: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+  """ST-Evidence-MCQ metrics of a results dict in the authors' layout (`MCQ_RESULT_KEYS`), official semantics.
+
+  The denominators are the entries of `results` (with a ground truth for that task), not a ground-truth file:
+  an entry absent from the results is not counted. overall_accuracy = correct answers of the three tasks over their
+  questions (NOT "all three right"; that is our extra "pooled", over the entries with all three ground truths).
+
+  Returns {"qa", "temporal", "spatial": {"correct", "total", "valid", "accuracy", "coverage"},
+  "overall_accuracy", "pooled", "total_entries"} (percent).
+  """
+  out: dict[str, Any] = {t: mcq_task_counts(results, t) for t in MCQ_TASKS}
+  questions = sum(out[t]["total"] for t in MCQ_TASKS)
+  right = sum(out[t]["correct"] for t in MCQ_TASKS)
+  out["overall_accuracy"] = (right / questions * 100) if questions > 0 else 0.0
+  full = all_right = 0
+  for rec in results.values():
+    pairs = [(rec.get(p), rec.get(g)) for p, g in MCQ_RESULT_KEYS.values()]
+    if any(_blank(g) for _, g in pairs):
+      continue
+    full += 1
+    all_right += all(not _blank(p) and p == g for p, g in pairs)
+  out["pooled"] = 100.0 * all_right / full if full else math.nan
+  out["total_entries"] = len(results)
+  return out
+
+
+def option_letter(index: Any) -> Any:
+  """0 -> "A", 1 -> "B", ...; anything that is not a non-negative integer is returned as it is (it will not equal a
+  ground-truth letter, so it scores wrong)."""
+  if isinstance(index, int) and not isinstance(index, bool) and index >= 0:
+    return chr(ord("A") + index)
+  return index
 
 
 def mcq_metrics(gt_answers: Mapping[str, Mapping[str, int]],
-                pred_answers: Mapping[str, Mapping[str, Optional[int]]]) -> dict[str, float | int]:
-  """ST-Evidence-MCQ accuracies in percent: QA, temporal, spatial and pooled (all three right).
+                pred_answers: Mapping[str, Mapping[str, Any]], count_missing: bool = False) -> dict[str, Any]:
+  """ST-Evidence-MCQ accuracies in percent from option indices, with the official evaluator's semantics.
 
   Args:
-    gt_answers: {entry_id: {"qa": int, "temporal": int, "spatial": int}} correct option indices.
-    pred_answers: {entry_id: {"qa": int, ...}} chosen option indices; a missing entry or task is wrong.
+    gt_answers: {entry_id: {"qa": int, "temporal": int, "spatial": int}} correct option indices (0-based).
+    pred_answers: {entry_id: {"qa": int or None, ...}} chosen indices. An entry of `pred_answers` that is not in
+      `gt_answers` is ignored; a missing task, None or an out-of-range / non-integer index is wrong.
+    count_missing: also count the ground-truth entries absent from `pred_answers` (all wrong). Off by default: the
+      official denominators are the entries present in the results.
   Returns:
-    {"qa", "temporal", "spatial", "pooled": percent over all ground-truth entries, "num_entries",
-     "num_missing_entries"}.
+    {"qa", "temporal", "spatial": accuracy (percent), "overall_accuracy", "pooled" (all three right),
+     "<task>_correct", "<task>_total", "<task>_valid", "<task>_coverage", "num_entries" (entries scored),
+     "num_missing_entries" (ground-truth entries without prediction)}.
   """
-  correct = {t: 0 for t in MCQ_TASKS}
-  pooled = 0
-  missing = 0
-  for entry_id, gt in gt_answers.items():
-    pred = pred_answers.get(entry_id)
-    if pred is None:
-      missing += 1
+  results, missing, _ = mcq_results(gt_letters(gt_answers), pred_answers, count_missing)
+  return flatten_mcq(mcq_results_metrics(results), missing)
+
+
+def gt_letters(gt_answers: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, Any]]:
+  """{entry_id: {task: index}} -> {entry_id: {"gt_answer", "gt_evidence_t", "gt_evidence_s": letter}}."""
+  return {e: {MCQ_RESULT_KEYS[t][1]: option_letter(i) for t, i in g.items()} for e, g in gt_answers.items()}
+
+
+def mcq_results(gt: Mapping[str, Mapping[str, Any]], preds: Mapping[str, Mapping[str, Any]],
+                count_missing: bool = False) -> tuple[dict[str, dict[str, Any]], int, int]:
+  """The authors' results layout from separate ground truth and predictions.
+
+  Args:
+    gt: {entry_id: {"gt_answer", "gt_evidence_t", "gt_evidence_s"}} letters (a task may be absent: no ground truth).
+    preds: {entry_id: {"qa", "temporal", "spatial"}} letters or 0-based indices (turned into letters).
+    count_missing: keep the ground-truth entries absent from `preds` (all wrong); by default they are left out.
+  Returns:
+    (results, ground-truth entries without prediction, prediction entries without ground truth).
+  """
+  results = {}
+  for entry_id, g in gt.items():
+    p = preds.get(entry_id)
+    if p is None and not count_missing:
       continue
-    hits = [pred.get(t) is not None and pred.get(t) == gt[t] for t in MCQ_TASKS]
-    for t, hit in zip(MCQ_TASKS, hits):
-      correct[t] += hit
-    pooled += all(hits)
-  n = len(gt_answers)
-  out: dict[str, float | int] = {t: 100.0 * correct[t] / n if n else math.nan for t in MCQ_TASKS}
-  out["pooled"] = 100.0 * pooled / n if n else math.nan
-  out["num_entries"] = n
+    p = p or {}
+    rec = dict(g)
+    for task, (pk, _) in MCQ_RESULT_KEYS.items():
+      rec[pk] = option_letter(p.get(task))
+    results[entry_id] = rec
+  return results, sum(e not in preds for e in gt), sum(e not in gt for e in preds)
+
+
+def flatten_mcq(m: Mapping[str, Any], missing: int = 0) -> dict[str, Any]:
+  """Flat keys of `mcq_results_metrics`: qa, temporal, spatial (accuracy), <task>_{correct,total,valid,coverage},
+  overall_accuracy, pooled, num_entries, num_missing_entries."""
+  out: dict[str, Any] = {}
+  for t in MCQ_TASKS:
+    out[t] = m[t]["accuracy"]
+    for k in ("correct", "total", "valid", "coverage"):
+      out[f"{t}_{k}"] = m[t][k]
+  out["overall_accuracy"] = m["overall_accuracy"]
+  out["pooled"] = m["pooled"]
+  out["num_entries"] = m["total_entries"]
   out["num_missing_entries"] = missing
   return out

@@ -1,8 +1,10 @@
-"""VIOLIN metric (REFERENCE.md section 2): accuracy over all statements; plain numpy.
+"""VIOLIN metric (REFERENCE.md section 2): accuracy over all statements of one split; plain numpy.
 
 Every clip carries three (positive, negative) statement pairs. A positive statement is judged correct when the model's
-probability that it is entailed is >= 0.5, a negative one when that probability is < 0.5. Accuracy pools all
-statements (six per clip). A clip without a prediction counts all its statements wrong.
+probability that it is entailed is >= 0.5, a negative one when that probability is < 0.5, compared in float32 as the
+authors' `validate()` compares its float32 sigmoid outputs (0.49999999 rounds to 0.5 and counts as entailed).
+Accuracy pools the statements of the scored split (six per clip); the authors score one split (test unless told),
+never several pooled. A clip without a prediction counts all its statements wrong.
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ THRESHOLD = 0.5
 
 def statement_correct(pos_probs: np.ndarray, neg_probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
   """(positive correct, negative correct) element-wise: p_pos >= 0.5 and p_neg < 0.5."""
-  pos = np.asarray(pos_probs, dtype=np.float64)
-  neg = np.asarray(neg_probs, dtype=np.float64)
-  return pos >= THRESHOLD, neg < THRESHOLD
+  pos = np.asarray(pos_probs, dtype=np.float32)
+  neg = np.asarray(neg_probs, dtype=np.float32)
+  return pos >= np.float32(THRESHOLD), neg < np.float32(THRESHOLD)
 
 
 def violin_accuracy(pos_probs: np.ndarray, neg_probs: np.ndarray) -> float:
@@ -37,23 +39,25 @@ def violin_accuracy(pos_probs: np.ndarray, neg_probs: np.ndarray) -> float:
 
 
 def violin_metrics(clips: Mapping[str, Mapping[str, Any]], predictions: Mapping[str, Sequence[Sequence[float]]],
-                   splits: Optional[Iterable[str]] = None) -> dict[str, Any]:
-  """Accuracy per split and pooled over the chosen splits.
+                   splits: Optional[Iterable[str]] = ("test",)) -> dict[str, Any]:
+  """Accuracy per split and over the chosen splits.
 
   Args:
     clips: the annotation {clip_id: {"split": ..., "statement": [[pos, neg] x 3], ...}}.
     predictions: {clip_id: [[p_pos, p_neg] x num_pairs]} (already validated); clips missing here are wrong.
-    splits: splits to score; default every split in `clips` (in order of first appearance).
+    splits: splits to score; default ("test",), the authors' scored split. None = every split of `clips` (the
+      top-level numbers then pool them, which no published number does).
 
   Returns:
-    {"accuracy": pooled percent over the chosen splits,
-     "num_statements", "num_correct", "num_clips", "num_missing_clips": pooled counts,
-     "splits": {split: {"accuracy", "num_statements", "num_correct", "num_clips", "num_missing_clips"}}}.
+    {"accuracy", "real_accuracy", "fake_accuracy": percent over the chosen splits (all statements, positives,
+     negatives), "num_statements", "num_correct", "num_real_correct", "num_fake_correct", "num_clips",
+     "num_missing_clips", "splits": {split: the same keys}}.
   """
   if splits is None:
     splits = list(dict.fromkeys(c["split"] for c in clips.values()))
   splits = list(splits)
-  per = {s: {"num_statements": 0, "num_correct": 0, "num_clips": 0, "num_missing_clips": 0} for s in splits}
+  counts = ("num_statements", "num_correct", "num_real_correct", "num_fake_correct", "num_clips", "num_missing_clips")
+  per = {s: dict.fromkeys(counts, 0) for s in splits}
   for clip_id, clip in clips.items():
     split = clip["split"]
     if split not in per:
@@ -68,12 +72,16 @@ def violin_metrics(clips: Mapping[str, Mapping[str, Any]], predictions: Mapping[
       continue
     probs = np.asarray(pred, dtype=np.float64).reshape(n_pairs, 2)
     pos_ok, neg_ok = statement_correct(probs[:, 0], probs[:, 1])
+    row["num_real_correct"] += int(pos_ok.sum())
+    row["num_fake_correct"] += int(neg_ok.sum())
     row["num_correct"] += int(pos_ok.sum() + neg_ok.sum())
-  out: dict[str, Any] = {"splits": {}}
-  for s, row in per.items():
-    out["splits"][s] = dict(row, accuracy=100.0 * row["num_correct"] / row["num_statements"]
-                            if row["num_statements"] else math.nan)
-  for key in ("num_statements", "num_correct", "num_clips", "num_missing_clips"):
-    out[key] = sum(row[key] for row in per.values())
-  out["accuracy"] = 100.0 * out["num_correct"] / out["num_statements"] if out["num_statements"] else math.nan
+
+  def rates(row):
+    half = row["num_statements"] / 2
+    pct = lambda k, n: 100.0 * row[k] / n if n else math.nan
+    return dict(row, accuracy=pct("num_correct", row["num_statements"]), real_accuracy=pct("num_real_correct", half),
+                fake_accuracy=pct("num_fake_correct", half))
+
+  out: dict[str, Any] = rates({k: sum(row[k] for row in per.values()) for k in counts})
+  out["splits"] = {s: rates(row) for s, row in per.items()}
   return out

@@ -1,11 +1,11 @@
-"""OVQA evaluation: predictions.csv in the official format (`index`, `prediction`), scored by evqa_jax.metrics.ovqa
+"""OVQA evaluation: predictions.csv in the official format (`index`, `prediction`), scored by evqa_jax.evaluate.ovqa
 exactly as `python -m evqa_jax.evaluate.ovqa --train-csv T --test-csv S --pred P` scores anyone's file."""
 
 import csv
 import os
 
 from evqa_jax import io as io_lib
-from evqa_jax.metrics import ovqa as ovqa_metrics
+from evqa_jax.evaluate import ovqa as ovqa_eval
 
 
 def split_csv(data_dir: str, split: str) -> str:
@@ -31,6 +31,6 @@ def evaluate(data_dir: str, answers, split: str, outputs: dict, out_dir: str) ->
   os.makedirs(out_dir, exist_ok=True)
   pred_path = os.path.join(out_dir, "predictions.csv")
   write_predictions(pred_path, outputs["index"], preds)
-  metrics = ovqa_metrics.evaluate_files(split_csv(data_dir, "train"), split_csv(data_dir, split), pred_path)
+  metrics = ovqa_eval.evaluate_files(split_csv(data_dir, "train"), split_csv(data_dir, split), pred_path)
   io_lib.write_json(os.path.join(out_dir, "metrics.json"), metrics)
   return metrics
