@@ -16,6 +16,8 @@ INSTALL_REQUIRES = [
     "jraph==0.0.6.dev0",
     "transformers>=5,<6",
     "tokenizers>=0.22",
+    # DeBERTa-v2 releases ship spm.model; FrozenBiLM's slow tokenizer is reproduced with it (evqa_jax/spm_tokenizer.py).
+    "sentencepiece>=0.2",
     "ml_collections>=1.1",
     "clu>=0.0.12",
     "absl-py",

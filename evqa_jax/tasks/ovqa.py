@@ -50,13 +50,9 @@ def build_prompt(question: str, subtitles: str, mask_token: str) -> str:
 
 
 def load_tokenizer(path: str):
-  os.environ.setdefault("HF_HUB_OFFLINE", "1")
-  from transformers import AutoTokenizer
-  if not os.path.isdir(path):
-    raise FileNotFoundError(
-        f"config.model.pretrained = {path!r} is not a directory: point it at a local Hugging Face checkpoint "
-        "directory (config.json, weights, tokenizer files); nothing is downloaded at run time")
-  return AutoTokenizer.from_pretrained(path)
+  # A DeBERTa-v2 spm.model directory gets the slow tokenizer's ids (evqa_jax/spm_tokenizer.py), as FrozenBiLM.
+  from evqa_jax import spm_tokenizer
+  return spm_tokenizer.load_tokenizer(path, config_key="config.model.pretrained")
 
 
 def tokenize_answers(tokenizer, answers, max_subwords: int, pad_to: int):
