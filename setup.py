@@ -28,6 +28,10 @@ INSTALL_REQUIRES = [
     "pyarrow",
     "h5py",
     "pillow",
+    # The ST-Evidence release ships 6 fps mp4 videos (data_prep/evqa_release.py decodes them); scipy fills the
+    # boundaries drawn on its spatial MCQ option images.
+    "av>=12",
+    "scipy",
     "matplotlib",
     "safetensors",
     "tensorboard",

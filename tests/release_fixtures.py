@@ -315,7 +315,7 @@ def smooth_frames(num: int, height: int, width: int, seed: int = 0) -> np.ndarra
   rng = np.random.default_rng(seed)
   y, x = np.mgrid[0:height, 0:width]
   out = np.zeros((num, height, width, 3), np.uint8)
-  base = rng.uniform(40, 200, size=3)
+  base = rng.uniform(100, 180, size=3)  # every channel >= 50 away from pure red
   for t in range(num):
     for c in range(3):
       out[t, :, :, c] = np.clip(base[c] + 30 * np.sin((x + 3 * t + 7 * c) / 9.0) + 20 * np.cos(y / 7.0), 0, 255)
@@ -348,7 +348,8 @@ def evqa_release(root: str, height: int = 24, width: int = 32, seed: int = 0) ->
   the reference frame with a red boundary drawn around each candidate mask (RGB).
 
   Returns {"dir", "frames": {video_id: [N, H, W, 3] uint8}, "masks": {entry_id: {frame: [H, W] bool}},
-  "entries"}.
+  "entries", "temp_options", "mask_options", "spatial": {entry_id: (reference frame, the 4 candidate boxes
+  [4, H, W] bool in option order)}}.
   """
   import pandas as pd
   from PIL import Image
@@ -356,7 +357,7 @@ def evqa_release(root: str, height: int = 24, width: int = 32, seed: int = 0) ->
   gen, mcq = os.path.join(root, "st_evidence_gen"), os.path.join(root, "st_evidence_mcq")
   os.makedirs(gen, exist_ok=True)
   os.makedirs(mcq, exist_ok=True)
-  frames, masks, rows, temp, mask_opts = {}, {}, [], {}, {}
+  frames, masks, rows, temp, mask_opts, spatial = {}, {}, [], {}, {}, {}
   options_root = os.path.join(mcq, "_options_src")
   for k, (entry_id, video_id, n, question, cands, answer, segs) in enumerate(EVQA_ENTRIES):
     frames[video_id] = smooth_frames(n, height, width, seed=seed + k)
@@ -379,17 +380,23 @@ def evqa_release(root: str, height: int = 24, width: int = 32, seed: int = 0) ->
     temp[entry_id] = {"question": question, "time_evidence_options": t_opts,
                       "correct_answer": "ABCD"[t_answer], "ground_truth_segments": segs}
     order = [["d1", "gt", "d2", "d3"], ["d3", "d2", "d1", "gt"]][k % 2]
-    ref = frames[video_id][min(masks[entry_id]) if masks[entry_id] else 0]
+    ref_index = min(masks[entry_id])
+    ref = frames[video_id][ref_index]
     d = os.path.join(options_root, "options", entry_id)
     os.makedirs(d, exist_ok=True)
-    for key in ("gt", "d1", "d2", "d3"):
+    boxes = {}
+    for j, key in enumerate(("gt", "d1", "d2", "d3")):
       img = ref.copy()
-      y0, x0 = int(rng.integers(0, height - 6)), int(rng.integers(0, width - 6))
-      img[y0, x0:x0 + 6] = img[y0 + 5, x0:x0 + 6] = img[y0:y0 + 6, x0] = img[y0:y0 + 6, x0 + 5] = (255, 0, 0)
+      y0, x0 = 2 + 4 * j, 3 + 6 * j  # distinct 6 x 7 boxes
+      img[y0, x0:x0 + 7] = img[y0 + 5, x0:x0 + 7] = img[y0:y0 + 6, x0] = img[y0:y0 + 6, x0 + 6] = (255, 0, 0)
+      box = np.zeros((height, width), bool)
+      box[y0:y0 + 6, x0:x0 + 7] = True
+      boxes[key] = box
       Image.fromarray(img).save(os.path.join(d, f"{key}.png"))
     mask_opts[entry_id] = {"entry_id": entry_id, "question": question,
                            **{key: f"options/{entry_id}/{key}.png" for key in ("gt", "d1", "d2", "d3")},
                            "options": order, "answer": order.index("gt")}
+    spatial[entry_id] = (ref_index, np.stack([boxes[key] for key in order]))
   pd.DataFrame(rows).to_csv(os.path.join(gen, "st_evidence_gen.csv"), index=False)
   mcq_rows = [dict(r, mask_options=r["entry_id"], temp_options=r["entry_id"]) for r in rows]
   pd.DataFrame(mcq_rows).to_csv(os.path.join(mcq, "st_evidence_mcq.csv"), index=False)
@@ -402,4 +409,4 @@ def evqa_release(root: str, height: int = 24, width: int = 32, seed: int = 0) ->
   import shutil
   shutil.rmtree(options_root)
   return {"dir": root, "frames": frames, "masks": masks, "entries": EVQA_ENTRIES, "temp_options": temp,
-          "mask_options": mask_opts}
+          "mask_options": mask_opts, "spatial": spatial}
