@@ -230,7 +230,7 @@ class OVQATask(base.Task):
     answer_mask[:len(answers)] = True
     is_base = np.zeros((n_ans,), np.bool_)
     for i, a in enumerate(answers):
-      is_base[i] = self.train_counts.get(a, 0) >= 101
+      is_base[i] = self.vocab["categories"].get(a) == "base"  # the converter's (or the authors') categories
     aux = {"answer_tokens": ids, "answer_token_mask": mask, "answer_mask": answer_mask, "is_base": is_base}
     if self.use_graph:
       from evqa_jax.graphs import padding
