@@ -142,7 +142,13 @@ def extract_options(mcq_dir: str, work_dir: str) -> str:
   if not os.path.exists(tar_path):
     raise ReleaseError("bad_mcq", f"{mcq_dir}: neither options/ nor options.tar.gz (the spatial option images)")
   with tarfile.open(tar_path, "r:gz") as tar:
-    tar.extractall(work_dir, filter="data")
+    if hasattr(tarfile, "data_filter"):
+      tar.extractall(work_dir, filter="data")
+    else:  # Python without extraction filters: the same rule, checked by hand
+      for m in tar.getmembers():
+        if not (m.isfile() or m.isdir()) or os.path.isabs(m.name) or ".." in m.name.split("/"):
+          raise ReleaseError("bad_mcq", f"{tar_path}: member {m.name!r} is not a plain file inside the archive")
+      tar.extractall(work_dir)
   return work_dir
 
 
@@ -209,11 +215,11 @@ def read_mcq_csv(path: str) -> dict[str, dict]:
   return out
 
 
-def mcq_from_release(mcq_dir: str, videos: Mp4Videos, out_dir: str) -> str:
+def mcq_from_release(mcq_dir: str, videos: Mp4Videos, out_dir: str, skip_bad: bool = False) -> str:
   """Writes the converter's MCQ JSON (`out_dir/mcq.json`, candidate PNGs under `out_dir/mcq_masks/<entry_id>/`)
   from the release's st_evidence_mcq.csv, temp_options.json, mask_options.json and option images; returns its
-  path. Entries of the CSV missing from either options file are left out (the converter counts them)."""
-  from PIL import Image
+  path. Entries of the CSV missing from either options file are left out (the converter counts them as entries
+  without MCQ), and so are malformed entries with `skip_bad` (else ReleaseError naming file, entry and field)."""
   rows = read_mcq_csv(os.path.join(mcq_dir, "st_evidence_mcq.csv"))
   temp = _read_json(os.path.join(mcq_dir, "temp_options.json"), "temporal options")
   spatial = _read_json(os.path.join(mcq_dir, "mask_options.json"), "mask options")
@@ -223,38 +229,47 @@ def mcq_from_release(mcq_dir: str, videos: Mp4Videos, out_dir: str) -> str:
   for entry_id, row in rows.items():
     if entry_id not in temp or entry_id not in spatial:
       continue
-    t, s = temp[entry_id], spatial[entry_id]
-    where = f"{mcq_dir}: entry {entry_id!r}"
-    if row["answer"].lower() not in [c.lower() for c in row["candidates"]]:
-      raise ReleaseError("answer_not_in_candidates", f"{where}: answer {row['answer']!r} is not among the options "
-                         f"{row['candidates']}")
-    qa_answer = [c.lower() for c in row["candidates"]].index(row["answer"].lower())
-    t_opts = t.get("time_evidence_options") if isinstance(t, dict) else None
-    if not isinstance(t_opts, list) or len(t_opts) != NUM_OPTIONS:
-      raise ReleaseError("bad_mcq", f"{where}: temp_options.json field 'time_evidence_options' must hold "
-                         f"{NUM_OPTIONS} segment lists")
-    t_answer = _letter_or_index(t.get("correct_answer"), f"{where} (temp_options.json)", "correct_answer")
-    if not isinstance(s, dict):
-      raise ReleaseError("bad_mcq", f"{where}: mask_options.json entry must be an object")
-    s_answer = _letter_or_index(s.get("answer", s.get("correct_answer")), f"{where} (mask_options.json)", "answer")
-    images = []
-    for p in _spatial_paths(s, f"{where} (mask_options.json)"):
-      full = p if os.path.isabs(p) else os.path.join(root, p)
-      try:
-        with Image.open(full) as im:
-          images.append(np.asarray(im.convert("RGB")))
-      except OSError as e:
-        raise ReleaseError("bad_mcq", f"{where}: option image {full} cannot be read ({e})") from e
-    frames = videos.decoded(row["video_id"], where)
-    ref, masks = recover_spatial(images, frames, where)
-    rel = f"mcq_masks/{entry_id}/"
-    os.makedirs(os.path.join(out_dir, rel), exist_ok=True)
-    for k, m in enumerate(masks):
-      Image.fromarray(m.astype(np.uint8) * 255).save(os.path.join(out_dir, rel, f"{k}.png"))
-    out[entry_id] = {"qa": {"options": row["candidates"], "answer": qa_answer},
-                     "temporal": {"options": t_opts, "answer": t_answer},
-                     "spatial": {"frame": ref, "options_dir": rel, "answer": s_answer}}
+    try:
+      out[entry_id] = _mcq_entry(mcq_dir, entry_id, row, temp[entry_id], spatial[entry_id], root, videos, out_dir)
+    except ReleaseError:
+      if not skip_bad:
+        raise
   path = os.path.join(out_dir, "mcq.json")
   with open(path, "w") as f:
     json.dump(out, f)
   return path
+
+
+def _mcq_entry(mcq_dir, entry_id, row, t, s, root, videos, out_dir) -> dict:
+  """One entry of the converter's MCQ JSON (see mcq_from_release); writes its candidate PNGs."""
+  from PIL import Image
+  where = f"{mcq_dir}: entry {entry_id!r}"
+  if row["answer"].lower() not in [c.lower() for c in row["candidates"]]:
+    raise ReleaseError("answer_not_in_candidates", f"{where}: answer {row['answer']!r} is not among the options "
+                       f"{row['candidates']}")
+  qa_answer = [c.lower() for c in row["candidates"]].index(row["answer"].lower())
+  t_opts = t.get("time_evidence_options") if isinstance(t, dict) else None
+  if not isinstance(t_opts, list) or len(t_opts) != NUM_OPTIONS:
+    raise ReleaseError("bad_mcq", f"{where}: temp_options.json field 'time_evidence_options' must hold "
+                       f"{NUM_OPTIONS} segment lists")
+  t_answer = _letter_or_index(t.get("correct_answer"), f"{where} (temp_options.json)", "correct_answer")
+  if not isinstance(s, dict):
+    raise ReleaseError("bad_mcq", f"{where}: mask_options.json entry must be an object")
+  s_answer = _letter_or_index(s.get("answer", s.get("correct_answer")), f"{where} (mask_options.json)", "answer")
+  images = []
+  for p in _spatial_paths(s, f"{where} (mask_options.json)"):
+    full = p if os.path.isabs(p) else os.path.join(root, p)
+    try:
+      with Image.open(full) as im:
+        images.append(np.asarray(im.convert("RGB")))
+    except OSError as e:
+      raise ReleaseError("bad_mcq", f"{where}: option image {full} cannot be read ({e})") from e
+  frames = videos.decoded(row["video_id"], where)
+  ref, masks = recover_spatial(images, frames, where)
+  rel = f"mcq_masks/{entry_id}/"
+  os.makedirs(os.path.join(out_dir, rel), exist_ok=True)
+  for k, m in enumerate(masks):
+    Image.fromarray(m.astype(np.uint8) * 255).save(os.path.join(out_dir, rel, f"{k}.png"))
+  return {"qa": {"options": row["candidates"], "answer": qa_answer},
+          "temporal": {"options": t_opts, "answer": t_answer},
+          "spatial": {"frame": ref, "options_dir": rel, "answer": s_answer}}

@@ -488,10 +488,12 @@ def convert(csv_path: str, frames_dir: str, out: str, split: str = "test", masks
   else:
     cache = _VideoCache(frames_dir)
   if mcq_release is not None:
+    if mcq_path is not None:
+      raise ValueError("give --mcq or --mcq-release, not both")
     import tempfile
     from data_prep import evqa_release
     with tempfile.TemporaryDirectory() as tmp:
-      mcq_path = evqa_release.mcq_from_release(mcq_release, cache, tmp)
+      mcq_path = evqa_release.mcq_from_release(mcq_release, cache, tmp, skip_bad=skip_bad)
       return convert(csv_path, frames_dir, out, split, masks_dir, instruct_dir, mcq_path, num_frames, frame_size,
                      allow_missing_masks, num_shards, skip_bad, verbose, videos_dir)
   mcq = load_mcq(mcq_path) if mcq_path else {}

@@ -86,3 +86,20 @@ def test_convert_the_release(release, tmp_path):
     gt = json.load(f)
   assert gt["q0002"]["spatial"]["options_dir"] == "mcq_masks/q0002/"
   assert sorted(os.listdir(out / "mcq_masks" / "q0002")) == ["0.png", "1.png", "2.png", "3.png"]
+
+
+def test_bad_mcq_entry_is_named_or_skipped(release, tmp_path):
+  import shutil
+  mcq_dir = str(tmp_path / "st_evidence_mcq")
+  shutil.copytree(os.path.join(release["dir"], "st_evidence_mcq"), mcq_dir)
+  with open(os.path.join(mcq_dir, "temp_options.json")) as f:
+    temp = json.load(f)
+  temp["q0002"]["correct_answer"] = "Z"
+  with open(os.path.join(mcq_dir, "temp_options.json"), "w") as f:
+    json.dump(temp, f)
+  videos = evqa_release.Mp4Videos(os.path.join(release["dir"], "st_evidence_gen", "videos_6fps"))
+  with pytest.raises(st_evidence.ConversionError, match=r"entry 'q0002' \(temp_options.json\): field "
+                                                        r"'correct_answer' must be a letter A-D"):
+    evqa_release.mcq_from_release(mcq_dir, videos, str(tmp_path / "a"))
+  with open(evqa_release.mcq_from_release(mcq_dir, videos, str(tmp_path / "b"), skip_bad=True)) as f:
+    assert sorted(json.load(f)) == ["q0001"]
