@@ -117,7 +117,7 @@ def deberta_v2_dir(root: str, sentences=CORPUS, spm_vocab: int = 120, seed: int 
 
 
 def frozenbilm_checkpoint(path: str, hf_state_dict: dict, config: dict, features_dim: int = 768,
-                          ds_factor: int = 8, n_ans: int = 5, seed: int = 1) -> dict:
+                          ds_factor: int = 8, n_ans: int = 5, seed: int = 1, trained_only: bool = False) -> dict:
   """FrozenBiLM's released checkpoint (e.g. frozenbilm.pth, frozenbilm_msrvtt.pth) in miniature.
 
   Layout from FrozenBiLM main.py (`dist.save_on_master({"model": model.state_dict(), "optimizer": ...,
@@ -126,7 +126,10 @@ def frozenbilm_checkpoint(path: str, hf_state_dict: dict, config: dict, features
   encoder.layer.N.attention.output.adapter.{down,up} and encoder.layer.N.output.adapter.{down,up} from
   model/adapter.py, down = Linear(hidden, hidden // ds_factor)), lm_predictions.lm_head.* (+ its decoder kept for
   compatibility), answer_embeddings.weight [n_ans, hidden] and answer_bias [n_ans]. OVQA's train.py loads
-  `checkpoint["model"]` with strict=False. Returns the state dict written.
+  `checkpoint["model"]` with strict=False. With `trained_only`, only what FrozenBiLM trains (linear_video, the
+  adapters, the LayerNorms: its freeze_lm / ft_ln rule in model/deberta.py) -- most released checkpoints "only
+  contain updated parameters" (FrozenBiLM README), the LM coming from the Hugging Face folder. Returns the state
+  dict written.
   """
   import torch
   g = torch.Generator().manual_seed(seed)
@@ -146,6 +149,8 @@ def frozenbilm_checkpoint(path: str, hf_state_dict: dict, config: dict, features
   sd["lm_predictions.lm_head.decoder.bias"] = sd["lm_predictions.lm_head.bias"].clone()
   sd["answer_embeddings.weight"] = torch.randn(n_ans, h, generator=g)
   sd["answer_bias"] = torch.zeros(n_ans)
+  if trained_only:
+    sd = {k: v for k, v in sd.items() if "linear_video" in k or "adapter" in k or "LayerNorm" in k}
   args = argparse.Namespace(model_name="microsoft/deberta-v2-xlarge", max_feats=10, features_dim=features_dim,
                             ds_factor_attn=ds_factor, ds_factor_ff=ds_factor, use_video=True)
   torch.save({"model": sd, "optimizer": {"state": {}, "param_groups": []}, "epoch": 9, "args": args}, path)

@@ -88,3 +88,23 @@ def test_violin_release_converts(tmp_path):
   from evqa_jax.data import records
   meta = records.load_metadata(str(tmp_path / "out"))
   assert meta["feature_dim"] == 2048
+
+
+def test_trained_only_checkpoint_over_the_hf_weights(deberta, tmp_path):
+  """Most FrozenBiLM checkpoints hold only the trained parameters: the rest must come from the DeBERTa folder."""
+  from evqa_jax.models import deberta_v2 as D
+  path = str(tmp_path / "frozenbilm_msrvtt.pth")
+  sd = R.frozenbilm_checkpoint(path, deberta["state_dict"], deberta["config"], trained_only=True, seed=3)
+  assert not any("word_embeddings" in k or "query_proj" in k for k in sd)
+  config = D.DebertaV2Config.from_hf_dir(deberta["path"], num_visual_tokens=10, visual_dim=768, use_adapters=True)
+  hf, _ = D.load_hf_params(config, deberta["path"])  # linear_video / adapters absent there: initialised
+  params, report = D.load_frozenbilm_checkpoint(config, path, hf)
+  assert "deberta/encoder/layer_0/attention/self/query_proj/kernel" in report.missing
+  np.testing.assert_array_equal(np.asarray(params["deberta"]["encoder"]["layer_0"]["attention"]["self"]["query_proj"]
+                                           ["kernel"]),
+                                np.asarray(hf["deberta"]["encoder"]["layer_0"]["attention"]["self"]["query_proj"]
+                                           ["kernel"]))
+  np.testing.assert_allclose(np.asarray(params["deberta"]["encoder"]["layer_1"]["output"]["adapter_ffn"]["up"]["bias"]),
+                             sd["deberta.encoder.layer.1.output.adapter.up.bias"].numpy())
+  np.testing.assert_allclose(np.asarray(params["deberta"]["encoder"]["LayerNorm"]["scale"]),
+                             sd["deberta.encoder.LayerNorm.weight"].numpy())
