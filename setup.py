@@ -16,6 +16,8 @@ INSTALL_REQUIRES = [
     "jraph==0.0.6.dev0",
     "transformers>=5,<6",
     "tokenizers>=0.22",
+    # DeBERTa-v2 releases ship spm.model; FrozenBiLM's slow tokenizer is reproduced with it (evqa_jax/spm_tokenizer.py).
+    "sentencepiece>=0.2",
     "ml_collections>=1.1",
     "absl-py",
     "chex>=0.1.90",
@@ -25,6 +27,10 @@ INSTALL_REQUIRES = [
     "pyarrow",
     "h5py",
     "pillow",
+    # The ST-Evidence release ships 6 fps mp4 videos (data_prep/evqa_release.py decodes them); scipy fills the
+    # boundaries drawn on its spatial MCQ option images.
+    "av>=12",
+    "scipy",
     "matplotlib",
     "safetensors",
     # TensorBoard event files are written with tensorboard's protos and our TFRecord framing: no TensorFlow.

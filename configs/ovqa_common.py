@@ -56,8 +56,9 @@ def ovqa_config(dataset: str, arg, cvqa_topk: int) -> ml_collections.ConfigDict:
       variant="E",  # Table 5: A none, B hard, C soft, D graph + mean, E graph + learned GNN
       eps=0.7, eps_base_fixed=False,  # False: the paper's one eps; True: authors' code, base answers at eps = 1
       num_layers=2))
-  # Answer graphs (data_prep/answer_graphs.py: k neighbours, hops) and their static padding budget.
-  c.graph = ml_collections.ConfigDict(dict(k=10, hops=2, min_sim=0.0, max_nodes=0, max_edges=0, pad_multiple=128))
+  # Answer graphs: their build parameters (data_prep/answer_graphs.py --k --hops --min-sim; the task refuses graphs
+  # built with others; min_sim -1.0 = no cut-off, the builder's default) and their static padding budget.
+  c.graph = ml_collections.ConfigDict(dict(k=10, hops=2, min_sim=-1.0, max_nodes=0, max_edges=0, pad_multiple=128))
 
   if "baseline" in variants:  # FrozenBiLM+ without the verbalizer (Table 5 A / Table 8 eps = 1)
     c.verbalizer.variant = "A"

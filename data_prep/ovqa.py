@@ -1,7 +1,7 @@
 """OVQA converter: the FrozenBiLM / Just Ask release (CSVs + frame-feature dict) -> TFRecord records.
 
     python -m data_prep.ovqa --csv-dir D --features F [--subtitles S] --out OUT \
-        [--num-frames 10] [--feature-dim 768] [--cvqa-topk 4000] [--skip-bad] [--num-shards N]
+        [--num-frames 10] [--feature-dim 768] [--cvqa-topk 4000] [--skip-bad] [--num-shards N] [--authors-vocab A]
 
 Input (REFERENCE.md section 1, "Data"):
   D/train.csv, D/test.csv (required), D/val.csv (optional): columns question, answer, video_id, and optionally
@@ -16,7 +16,8 @@ Output OUT (replaced as a whole, atomically: built in a temporary sibling direct
   vocab.json                {"train_counts": {answer: count}, "vocab_train": [...], "vocab_test": [...],
                              "vocab_cvqa": [...], "categories": {answer: "base"|"common"|"rare"|"unseen"}}
   metadata.json             spec + splits (evqa_jax.data.records) and "task": "ovqa", "num_frames", "feature_dim",
-                            "vocab_file", "csv_files", "cvqa_topk", "has_subtitles", "conversion" (per split:
+                            "vocab_file", "csv_files", "cvqa_topk", "has_subtitles", "vocab_source" ("csv" or the
+                            --authors-vocab folder), "conversion" (per split:
                             converted, skipped per reason, the first skipped rows with their messages)
 
 Record schema (one record per row):
@@ -34,7 +35,10 @@ Record schema (one record per row):
 Vocabularies: vocab_train = every train answer, most frequent first, ties alphabetical; vocab_test = the answers
 of the test split, those in vocab_train in vocab_train order, then unseen ones alphabetically; vocab_cvqa = the
 first k of vocab_train (k = --cvqa-topk, 0 = all). Category of an answer by its train count c: base c >= 101,
-common 11..100, rare 1..10, unseen 0.
+common 11..100, rare 1..10, unseen 0. With --authors-vocab A (the OVQA release's train_vocab.json,
+test_vocab.json, ans2cat.json; data_prep/ovqa_authors.py) vocab_train, vocab_test (their id order), vocab_cvqa
+(first k of their V_train) and categories are theirs, and a train / test row whose answer is outside their
+vocabulary of that split is bad (answer_not_in_vocab).
 
 Bad rows (empty question or answer, non-integer type, video id missing from F, features that are not a finite
 float [T_video >= 1, dim] array) raise ConversionError naming the CSV file, row and field; with --skip-bad they are
@@ -60,12 +64,13 @@ from evqa_jax.data import records
 from evqa_jax.data.example import Feature
 from evqa_jax.metrics import ovqa as ovqa_metrics
 from data_prep import features as features_lib
+from data_prep import ovqa_authors
 
 SPLITS = ("train", "val", "test")
 REQUIRED_SPLITS = ("train", "test")
 REQUIRED_COLUMNS = ("question", "answer", "video_id")
 CATEGORIES = ovqa_metrics.CATEGORIES
-BAD_REASONS = ("empty_question", "empty_answer", "bad_type", "unknown_video", "bad_features")
+BAD_REASONS = ("empty_question", "empty_answer", "bad_type", "unknown_video", "bad_features", "answer_not_in_vocab")
 VOCAB_FILE = "vocab.json"
 EXAMPLES_PER_SHARD = 4096
 _MAX_LISTED_SKIPS = 100
@@ -215,7 +220,7 @@ def _swap_into_place(tmp_dir: str, out_dir: str) -> None:
 
 def convert(csv_dir: str, features: str, out_dir: str, *, subtitles: str | None = None, num_frames: int = 10,
             feature_dim: int = 768, cvqa_topk: int = 4000, skip_bad: bool = False, num_shards: int | None = None,
-            verbose: bool = True) -> dict:
+            verbose: bool = True, authors_vocab: str | None = None) -> dict:
   """Converts an OVQA release into `out_dir` (see the module docstring); returns the "conversion" summary.
 
   Raises ConversionError on bad input (unless `skip_bad` and the problem is confined to rows); nothing is
@@ -227,6 +232,9 @@ def convert(csv_dir: str, features: str, out_dir: str, *, subtitles: str | None 
   splits = [s for s in SPLITS if s in REQUIRED_SPLITS or os.path.exists(csv_paths[s])]
   frames = {s: read_split_csv(csv_paths[s]) for s in splits}
   subs = features_lib.load_subtitles(subtitles) if subtitles else {}
+  # The authors' V_train / V_test / categories (data_prep/ovqa_authors.py); their rows must be in them.
+  authors = ovqa_authors.read_authors_vocab(authors_vocab) if authors_vocab else None
+  allowed = {s: set(authors[f"vocab_{s}"]) for s in ("train", "test")} if authors else {}
   spec = record_spec(num_frames, feature_dim)
 
   out_dir = os.path.abspath(out_dir)
@@ -251,6 +259,9 @@ def convert(csv_dir: str, features: str, out_dir: str, *, subtitles: str | None 
           for row_idx, row in enumerate(df.to_dict("records")):
             try:
               ex = _row_example(row, len(kept), row_idx, has_type, has_id, videos, subs)
+              if split in allowed and ex["answer"] not in allowed[split]:
+                raise _BadRow("answer_not_in_vocab", "answer", f"answer {ex['answer']!r} is not in the authors' "
+                              f"{split}_vocab.json ({authors_vocab})")
             except _BadRow as bad:
               where = f"{csv_paths[split]}, row {row_idx} (line {row_idx + 2}), field {bad.field!r}"
               if not skip_bad:
@@ -281,6 +292,8 @@ def convert(csv_dir: str, features: str, out_dir: str, *, subtitles: str | None 
     train_answers = frames["train"]["answer"].iloc[kept_rows["train"]].tolist()
     test_answers = frames["test"]["answer"].iloc[kept_rows["test"]].tolist()
     vocab = build_vocab(train_answers, test_answers, cvqa_topk)
+    if authors:
+      vocab = ovqa_authors.apply(vocab, authors, cvqa_topk)
     evqa_io.write_json(os.path.join(tmp_dir, VOCAB_FILE), vocab, indent=1)
     records.update_metadata(
         tmp_dir,
@@ -291,6 +304,7 @@ def convert(csv_dir: str, features: str, out_dir: str, *, subtitles: str | None 
         csv_files={s: f"{s}.csv" for s in splits},
         cvqa_topk=cvqa_topk,
         has_subtitles=bool(subs),
+        vocab_source=os.path.abspath(authors_vocab) if authors_vocab else "csv",
         conversion=summary,
         source={"csv_dir": os.path.abspath(csv_dir), "features": os.path.abspath(features),
                 "subtitles": os.path.abspath(subtitles) if subtitles else None},
@@ -312,14 +326,17 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--feature-dim", type=int, default=768)
   parser.add_argument("--cvqa-topk", type=int, default=4000, help="closed vocabulary size (0 = all train answers)")
   parser.add_argument("--skip-bad", action="store_true", help="skip and count bad rows instead of failing")
+  parser.add_argument("--authors-vocab", default=None,
+                      help="folder with the OVQA authors' train_vocab.json, test_vocab.json, ans2cat.json: use their "
+                           "V_train, V_test and categories")
   parser.add_argument("--num-shards", type=int, default=None,
                       help=f"shards per split (default: one per {EXAMPLES_PER_SHARD} rows)")
   args = parser.parse_args(argv)
   try:
     convert(args.csv_dir, args.features, args.out, subtitles=args.subtitles, num_frames=args.num_frames,
             feature_dim=args.feature_dim, cvqa_topk=args.cvqa_topk, skip_bad=args.skip_bad,
-            num_shards=args.num_shards)
-  except (ConversionError, features_lib.FeatureError) as e:
+            num_shards=args.num_shards, authors_vocab=args.authors_vocab)
+  except (ConversionError, features_lib.FeatureError, ovqa_authors.AuthorsVocabError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 1
   from data_prep import answer_stats

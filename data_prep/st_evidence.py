@@ -1,13 +1,14 @@
 """ST-Evidence (E-VQA) converter: official CSV + frames + masks (+ MCQ) -> TFRecord dataset.
 
-    python -m data_prep.st_evidence --csv C --frames DIR (--masks DIR | --instruct-json DIR | both) \
-        [--split test] [--mcq MCQ.json] [--num-frames 32] [--frame-size H W] [--allow-missing-masks] \
+    python -m data_prep.st_evidence --csv C (--frames DIR | --videos DIR) (--masks DIR | --instruct-json DIR | both) \
+        [--split test] [--mcq MCQ.json | --mcq-release DIR] [--num-frames 32] [--frame-size H W] [--allow-missing-masks] \
         [--num-shards N] [--skip-bad] --out OUT
 
 Raw format (REFERENCE.md section 3):
   CSV            columns entry_id, video_id, video_path, question, candidates (python-list string, e.g.
                  "['red', 'blue', ...]"), answer (text, one of the candidates), segment ("[[s, e], ...]" seconds)
   frames         frames/<video_id>/<frame:05d>.png|.jpg, every frame of the video at 6 fps, numbered from 0
+  --videos       or the release's videos_6fps/<video_id>.mp4, decoded with PyAV (data_prep/evqa_release.py)
   --masks        gt_masks/<entry_id>/<frame>.png: any non-zero pixel = evidence object (all objects merged);
                  <frame> is the frame index at 6 fps; a frame without a PNG has an empty mask
   --instruct-json  <dir>/<entry_id>.json (ST-Evidence-Instruct): {fps, width, height, evidence_objects:
@@ -19,6 +20,8 @@ Raw format (REFERENCE.md section 3):
                              "temporal": {"options": [[[s, e], ...] x 4], "answer": int},
                              "spatial": {"frame": int, "options_dir": "mcq_masks/<entry_id>/", "answer": int}}}
                  options_dir (relative to the MCQ file) holds 4 candidate mask PNGs, option k = k-th by numeric name.
+  --mcq-release  or the release's st_evidence_mcq folder (st_evidence_mcq.csv, temp_options.json,
+                 mask_options.json, options.tar.gz), turned into that JSON by data_prep/evqa_release.py
 
 Record schema (one record per CSV row; T = --num-frames, H x W = --frame-size):
   entry_id             string ()
@@ -466,15 +469,35 @@ def parse_mcq_entry(entry: Any, mcq_path: str, entry_id: str, candidates: list[s
 def convert(csv_path: str, frames_dir: str, out: str, split: str = "test", masks_dir: str | None = None,
             instruct_dir: str | None = None, mcq_path: str | None = None, num_frames: int = NUM_FRAMES,
             frame_size: tuple[int, int] = FRAME_SIZE, allow_missing_masks: bool = False, num_shards: int = 1,
-            skip_bad: bool = False, verbose: bool = True) -> dict:
-  """Converts one split into OUT; returns its counts (also in metadata.json["conversion"][split])."""
+            skip_bad: bool = False, verbose: bool = True, videos_dir: str | None = None,
+            mcq_release: str | None = None) -> dict:
+  """Converts one split into OUT; returns its counts (also in metadata.json["conversion"][split]).
+
+  `videos_dir` (the release's 6 fps mp4 files) replaces `frames_dir`; `mcq_release` (the st_evidence_mcq folder)
+  replaces `mcq_path` (data_prep/evqa_release.py).
+  """
   if masks_dir is None and instruct_dir is None:
     raise ValueError("give --masks (PNG masks) and/or --instruct-json (ST-Evidence-Instruct JSON folder)")
+  if (frames_dir is None) == (videos_dir is None):
+    raise ValueError("give exactly one of --frames (frame folders) and --videos (the release's mp4 files)")
   height, width = int(frame_size[0]), int(frame_size[1])
   header, rows = read_csv(csv_path)
+  if videos_dir is not None:
+    from data_prep import evqa_release
+    cache = evqa_release.Mp4Videos(videos_dir)
+  else:
+    cache = _VideoCache(frames_dir)
+  if mcq_release is not None:
+    if mcq_path is not None:
+      raise ValueError("give --mcq or --mcq-release, not both")
+    import tempfile
+    from data_prep import evqa_release
+    with tempfile.TemporaryDirectory() as tmp:
+      mcq_path = evqa_release.mcq_from_release(mcq_release, cache, tmp, skip_bad=skip_bad)
+      return convert(csv_path, frames_dir, out, split, masks_dir, instruct_dir, mcq_path, num_frames, frame_size,
+                     allow_missing_masks, num_shards, skip_bad, verbose, videos_dir)
   mcq = load_mcq(mcq_path) if mcq_path else {}
   spec = record_spec(num_frames, height, width)
-  cache = _VideoCache(frames_dir)
   skipped: collections.Counter = collections.Counter()
   kept_rows: list[dict] = []
   png_entries: list[str] = []
@@ -617,7 +640,10 @@ def _write_ground_truth(out, split, csv_path, header, kept_rows, masks_dir, png_
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   p.add_argument("--csv", required=True, help="QA CSV (entry_id, video_id, video_path, question, candidates, answer, segment)")
-  p.add_argument("--frames", required=True, help="folder of frames/<video_id>/<frame:05d>.png at 6 fps")
+  p.add_argument("--frames", default=None, help="folder of frames/<video_id>/<frame:05d>.png at 6 fps")
+  p.add_argument("--videos", default=None, help="the release's videos_6fps folder (<video_id>.mp4), instead of --frames")
+  p.add_argument("--mcq-release", default=None,
+                 help="the release's st_evidence_mcq folder (temp_options.json, mask_options.json, options.tar.gz)")
   p.add_argument("--masks", default=None, help="gt_masks folder: <entry_id>/<frame>.png")
   p.add_argument("--instruct-json", default=None, help="folder of ST-Evidence-Instruct <entry_id>.json")
   p.add_argument("--mcq", default=None, help="ST-Evidence-MCQ JSON")
@@ -632,9 +658,11 @@ def main(argv=None) -> int:
   a = p.parse_args(argv)
   if a.masks is None and a.instruct_json is None:
     p.error("give --masks and/or --instruct-json")
+  if (a.frames is None) == (a.videos is None):
+    p.error("give exactly one of --frames and --videos")
   try:
     convert(a.csv, a.frames, a.out, a.split, a.masks, a.instruct_json, a.mcq, a.num_frames, tuple(a.frame_size),
-            a.allow_missing_masks, a.num_shards, a.skip_bad)
+            a.allow_missing_masks, a.num_shards, a.skip_bad, videos_dir=a.videos, mcq_release=a.mcq_release)
   except ConversionError as e:
     print(f"error: {e}", file=sys.stderr)
     return 1

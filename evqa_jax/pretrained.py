@@ -62,19 +62,15 @@ def has_checkpoint(path) -> bool:
 
 
 def load_tokenizer(pc):
-  """The Hugging Face tokenizer in `config.pretrained.tokenizer`, else `config.pretrained.dir` (local only)."""
+  """The tokenizer in `config.pretrained.tokenizer`, else `config.pretrained.dir` (local only): a DeBERTa-v2
+  `spm.model` directory gets the slow tokenizer's ids (evqa_jax/spm_tokenizer.py, as FrozenBiLM), any other
+  directory transformers' AutoTokenizer."""
   path = pc.tokenizer or pc.dir
   if not path:
     raise ValueError("config.pretrained.tokenizer and config.pretrained.dir are both empty: one must name a local "
                      "Hugging Face directory with the tokenizer")
-  path = resolve(path)
-  os.environ.setdefault("HF_HUB_OFFLINE", "1")
-  from transformers import AutoTokenizer
-  if not os.path.isdir(path):
-    raise FileNotFoundError(
-        f"config.pretrained.tokenizer / config.pretrained.dir = {path!r} is not a directory: point it at a local "
-        "Hugging Face checkpoint directory (tokenizer files); nothing is downloaded at run time")
-  return AutoTokenizer.from_pretrained(path)
+  from evqa_jax import spm_tokenizer
+  return spm_tokenizer.load_tokenizer(resolve(path), config_key="config.pretrained.tokenizer / config.pretrained.dir")
 
 
 def encoder_config(encoder: str, pc, **overrides):

@@ -93,6 +93,28 @@ def load_answer_graph(path: str) -> AnswerGraph:
   return graph
 
 
+def check_build_params(graph: AnswerGraph, path: str, data_dir: str, k: int, hops: int, min_sim: float) -> None:
+  """Refuses a graph built with other k / hops / min_sim than config.graph asks for.
+
+  The graph is fixed at data prep, so these config keys cannot change it; a graph that disagrees with them would
+  make a sweep over them silently do nothing. A min_sim of None at build time (no cut-off) equals -1.0 (every
+  cosine is >= -1).
+  """
+  info = graph.info
+  built = {"k": info.get("k"), "hops": info.get("hops"),
+           "min_sim": -1.0 if info.get("min_sim") is None else float(info["min_sim"])}
+  if "k" not in info or "hops" not in info:
+    raise ValueError(f"{path} does not record the k / hops it was built with: rebuild it with "
+                     f"`python data_prep/answer_graphs.py --data {data_dir} --k {k} --hops {hops} --min-sim {min_sim}`")
+  wanted = {"k": int(k), "hops": int(hops), "min_sim": float(min_sim)}
+  for key, value in wanted.items():
+    if built[key] != value:
+      raise ValueError(
+          f"config.graph.{key} = {value} but {path} was built with {key} = {built[key]}; the answer graph is "
+          f"fixed at data prep, so rebuild it: `python data_prep/answer_graphs.py --data {data_dir} --k {k} "
+          f"--hops {hops} --min-sim {min_sim}` (or set config.graph.{key} = {built[key]})")
+
+
 def build_answer_graph(answers: Sequence[str],
                        word_vectors: wv_lib.WordVectors,
                        k: int = 10,

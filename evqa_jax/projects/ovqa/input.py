@@ -23,11 +23,14 @@ def round_up(n: int, multiple: int) -> int:
 
 
 def build_prompt(question: str, subtitles: str, mask_token: str) -> str:
-  """`Question: {q}? Answer: [MASK].` + ` Subtitles: {sub}`; question capitalised, `?` added if missing."""
-  q = question.strip()
+  """`Question: {q}? Answer: [MASK].` + ` Subtitles: {sub}`; `?` added if missing.
+
+  q = question.capitalize().strip() as FrozenBiLM / OVQA write it: first character upper-cased, the rest lower-cased
+  (so a question with leading whitespace keeps a lower-case first letter).
+  """
+  q = question.capitalize().strip()
   if not q:
     raise ValueError("empty question")
-  q = q[0].upper() + q[1:]
   if not q.endswith("?"):
     q = q + "?"
   text = f"Question: {q} Answer: {mask_token}."
@@ -98,6 +101,8 @@ class Input:
                                   f"needs answer graphs; build them with `python data_prep/answer_graphs.py --data "
                                   f"{data_dir}`, or set --config.verbalizer.variant=A")
         self.graphs[split] = answer_graph.load_answer_graph(path)
+        gc = config.graph
+        answer_graph.check_build_params(self.graphs[split], path, data_dir, gc.k, gc.hops, gc.min_sim)
       if self.graphs["train"].num_answers != len(self.answers_train):
         raise ValueError(f"{data_dir}/graph_train.npz has {self.graphs['train'].num_answers} answers but vocab.json "
                          f"V_train has {len(self.answers_train)}: rebuild the graphs")
@@ -174,7 +179,7 @@ class Input:
     answer_mask[:len(answers)] = True
     is_base = np.zeros((n_ans,), np.bool_)
     for i, a in enumerate(answers):
-      is_base[i] = self.train_counts.get(a, 0) >= 101
+      is_base[i] = self.vocab["categories"].get(a) == "base"  # the converter's (or the authors') categories
     aux = {"answer_tokens": ids, "answer_token_mask": mask, "answer_mask": answer_mask, "is_base": is_base}
     if self.use_graph:
       from evqa_jax.graphs import padding

@@ -1,0 +1,417 @@
+"""Release-shaped fixtures: tiny replicas, made by the tests themselves, of every artifact a user downloads.
+
+Each builder writes the exact layout, file names, key names and dtypes of one release at toy sizes; its docstring
+says where that layout comes from (the authors' loader code read for this module). Nothing here is downloaded.
+
+  deberta_v2_dir        Hugging Face microsoft/deberta-v2-xlarge folder (config.json, spm.model, pytorch_model.bin,
+                        tokenizer_config.json)
+  frozenbilm_checkpoint FrozenBiLM's released .pth ({"model": state_dict, "optimizer", "epoch", "args"})
+  msrvtt_qa             FrozenBiLM / Just Ask MSRVTT-QA folder (train/val/test.csv, vocab.json, clipvitl14.pth)
+  ovqa_authors_files    OVQA's train_vocab.json, test_vocab.json, ans2cat.json and answer_graph/*.pth
+  violin_release        VIOLIN's violin_annotation.json and all_res101_pool5_feat.h5
+  evqa_release          ST-Evidence: st_evidence_gen.csv, videos_6fps/*.mp4, masks/, and the MCQ files
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import tarfile
+
+import numpy as np
+
+# Prompts as OVQA / FrozenBiLM build them, plus statements: the SentencePiece training text.
+CORPUS = [
+    "Question: What is the man doing? Answer: [MASK]. Subtitles: he plays the guitar",
+    "Question: Who is singing on the stage? Answer: [MASK].",
+    "Question: What color is the car? Answer: [MASK].",
+    "Question: Where are the people dancing? Answer: [MASK].",
+    "Question: How many dogs run in the park? Answer: [MASK].",
+    "Question: When does the woman cook dinner? Answer: [MASK].",
+    "a man plays the guitar while a woman sings a song",
+    "the red car drives down the road near the park",
+    "two dogs run on the grass and a cat sleeps",
+    "people dance in the kitchen, then cook pasta and eat",
+    "The weather is nice today; children play football outside.",
+    "What is the Man doing?? He's riding a BIKE (fast)!",
+]
+
+# Special pieces of DeBERTa-v2's spm.model: [PAD] 0, [CLS] 1, [SEP] 2, [UNK] 3; [MASK] is not a piece: the
+# tokenizer appends it after the SentencePiece vocabulary (id 128000 for the real 128000-piece model).
+SPM_SPECIAL = dict(pad_id=0, pad_piece="[PAD]", bos_id=1, bos_piece="[CLS]", eos_id=2, eos_piece="[SEP]",
+                   unk_id=3, unk_piece="[UNK]")
+
+
+def train_spm(out_dir: str, sentences=CORPUS, vocab_size: int = 120) -> str:
+  """Trains a unigram SentencePiece model with DeBERTa-v2's special pieces; returns the path of `spm.model`."""
+  import sentencepiece as spm
+  os.makedirs(out_dir, exist_ok=True)
+  text = os.path.join(out_dir, "spm_corpus.txt")
+  with open(text, "w") as f:
+    f.write("\n".join(list(sentences) * 4) + "\n")
+  prefix = os.path.join(out_dir, "spm")
+  spm.SentencePieceTrainer.train(input=text, model_prefix=prefix, vocab_size=vocab_size, model_type="unigram",
+                                 character_coverage=1.0, hard_vocab_limit=False, minloglevel=2,
+                                 num_threads=1, **SPM_SPECIAL)
+  os.remove(text)
+  os.remove(prefix + ".vocab")
+  return prefix + ".model"
+
+
+def deberta_v2_config(vocab_size: int, hidden: int = 32, layers: int = 2, heads: int = 4) -> dict:
+  """microsoft/deberta-v2-xlarge's config.json (same keys and flags) at toy sizes.
+
+  The real one: hidden 1536, 24 layers, 24 heads, intermediate 6144, vocab_size 128100 (128000 spm pieces +
+  [MASK] + spare rows), relative attention with 256 log buckets, share_att_key, p2c|c2p, conv after layer 0,
+  no absolute positions in the input (position_biased_input false), type_vocab_size 0.
+  """
+  return {
+      "model_type": "deberta-v2", "attention_probs_dropout_prob": 0.1, "hidden_act": "gelu",
+      "hidden_dropout_prob": 0.1, "hidden_size": hidden, "initializer_range": 0.02, "intermediate_size": 2 * hidden,
+      "max_position_embeddings": 64, "relative_attention": True, "position_buckets": 8, "norm_rel_ebd": "layer_norm",
+      "share_att_key": True, "pos_att_type": "p2c|c2p", "layer_norm_eps": 1e-7, "conv_kernel_size": 3,
+      "conv_act": "gelu", "max_relative_positions": -1, "position_biased_input": False,
+      "num_attention_heads": heads, "attention_head_size": hidden // heads, "num_hidden_layers": layers,
+      "type_vocab_size": 0, "vocab_size": vocab_size,
+  }
+
+
+def deberta_v2_dir(root: str, sentences=CORPUS, spm_vocab: int = 120, seed: int = 0, **shape) -> dict:
+  """A Hugging Face `microsoft/deberta-v2-xlarge` folder in miniature.
+
+  Files as in that repository: config.json, spm.model (SentencePiece, no tokenizer.json), tokenizer_config.json
+  ({"do_lower_case": false, "vocab_type": "spm"}), pytorch_model.bin (a torch.save'd state dict with the original
+  Microsoft names: deberta.embeddings.*, deberta.encoder.layer.N.attention.self.{query,key,value}_proj,
+  deberta.encoder.rel_embeddings, deberta.encoder.conv.*, lm_predictions.lm_head.{dense,LayerNorm,bias}, and the
+  absolute position_embeddings the enhanced mask decoder uses). FrozenBiLM and OVQA load it with
+  `DebertaV2Tokenizer.from_pretrained(path)` and `DebertaV2ForMaskedLM.from_pretrained(path)`.
+
+  Returns {"path", "config", "state_dict" (torch tensors), "spm_pieces", "mask_id"}.
+  """
+  import sentencepiece as spm
+  import torch
+  import transformers
+  os.makedirs(root, exist_ok=True)
+  model_file = train_spm(root, sentences, spm_vocab)
+  pieces = spm.SentencePieceProcessor(model_file=model_file).get_piece_size()
+  config = deberta_v2_config(vocab_size=pieces + 4, **shape)  # spare rows after [MASK], as 128100 > 128001
+  with open(os.path.join(root, "config.json"), "w") as f:
+    json.dump(config, f, indent=2)
+  with open(os.path.join(root, "tokenizer_config.json"), "w") as f:
+    json.dump({"do_lower_case": False, "vocab_type": "spm"}, f)
+  torch.manual_seed(seed)
+  hf_cfg = {k: v for k, v in config.items() if k != "model_type"}
+  hf_cfg["pos_att_type"] = hf_cfg["pos_att_type"].split("|")
+  mlm = transformers.DebertaV2ForMaskedLM(transformers.DebertaV2Config(legacy=False, **hf_cfg)).eval()
+  g = torch.Generator().manual_seed(seed)
+  sd = {}
+  for k, v in mlm.state_dict().items():
+    # Non-trivial values everywhere (HF initialises LayerNorms to 1/0 and biases to 0).
+    sd[k] = (v + 0.1 * torch.randn(v.shape, generator=g)) if v.is_floating_point() else v.clone()
+  sd["deberta.embeddings.position_embeddings.weight"] = 0.1 * torch.randn(
+      config["max_position_embeddings"], config["hidden_size"], generator=g)
+  torch.save(sd, os.path.join(root, "pytorch_model.bin"))
+  return {"path": root, "config": config, "state_dict": sd, "spm_pieces": pieces, "mask_id": pieces}
+
+
+def frozenbilm_checkpoint(path: str, hf_state_dict: dict, config: dict, features_dim: int = 768,
+                          ds_factor: int = 8, n_ans: int = 5, seed: int = 1, trained_only: bool = False) -> dict:
+  """FrozenBiLM's released checkpoint (e.g. frozenbilm.pth, frozenbilm_msrvtt.pth) in miniature.
+
+  Layout from FrozenBiLM main.py (`dist.save_on_master({"model": model.state_dict(), "optimizer": ...,
+  "epoch": epoch, "args": args}, path)`, `args` an argparse.Namespace) and model/deberta.py: DebertaV2ForMaskedLM
+  holds deberta.* (with embeddings.linear_video = Linear(features_dim, hidden), embeddings.position_ids,
+  encoder.layer.N.attention.output.adapter.{down,up} and encoder.layer.N.output.adapter.{down,up} from
+  model/adapter.py, down = Linear(hidden, hidden // ds_factor)), lm_predictions.lm_head.* (+ its decoder kept for
+  compatibility), answer_embeddings.weight [n_ans, hidden] and answer_bias [n_ans]. OVQA's train.py loads
+  `checkpoint["model"]` with strict=False. With `trained_only`, only what FrozenBiLM trains (linear_video, the
+  adapters, the LayerNorms: its freeze_lm / ft_ln rule in model/deberta.py) -- most released checkpoints "only
+  contain updated parameters" (FrozenBiLM README), the LM coming from the Hugging Face folder. Returns the state
+  dict written.
+  """
+  import torch
+  g = torch.Generator().manual_seed(seed)
+  h, n_pos = config["hidden_size"], config["max_position_embeddings"]
+  sd = {k: v.clone() for k, v in hf_state_dict.items()}
+  sd["deberta.embeddings.position_ids"] = torch.arange(n_pos)[None]
+  sd["deberta.embeddings.linear_video.weight"] = 0.05 * torch.randn(h, features_dim, generator=g)
+  sd["deberta.embeddings.linear_video.bias"] = 0.05 * torch.randn(h, generator=g)
+  for i in range(config["num_hidden_layers"]):
+    for where in ("attention.output.adapter", "output.adapter"):
+      p = f"deberta.encoder.layer.{i}.{where}"
+      sd[f"{p}.down.weight"] = 0.05 * torch.randn(h // ds_factor, h, generator=g)
+      sd[f"{p}.down.bias"] = 0.05 * torch.randn(h // ds_factor, generator=g)
+      sd[f"{p}.up.weight"] = 0.05 * torch.randn(h, h // ds_factor, generator=g)
+      sd[f"{p}.up.bias"] = 0.05 * torch.randn(h, generator=g)
+  sd["lm_predictions.lm_head.decoder.weight"] = sd["deberta.embeddings.word_embeddings.weight"].clone()
+  sd["lm_predictions.lm_head.decoder.bias"] = sd["lm_predictions.lm_head.bias"].clone()
+  sd["answer_embeddings.weight"] = torch.randn(n_ans, h, generator=g)
+  sd["answer_bias"] = torch.zeros(n_ans)
+  if trained_only:
+    sd = {k: v for k, v in sd.items() if "linear_video" in k or "adapter" in k or "LayerNorm" in k}
+  args = argparse.Namespace(model_name="microsoft/deberta-v2-xlarge", max_feats=10, features_dim=features_dim,
+                            ds_factor_attn=ds_factor, ds_factor_ff=ds_factor, use_video=True)
+  torch.save({"model": sd, "optimizer": {"state": {}, "param_groups": []}, "epoch": 9, "args": args}, path)
+  return sd
+
+
+MSRVTT_TYPES = {"what": 0, "how": 1, "color": 2, "where": 3, "who": 4, "when": 5}
+
+# (question, answer, video_id) per split; MSRVTT-QA questions are lower case without "?".
+MSRVTT_ROWS = {
+    "train": [("what is a man playing", "guitar", 7010), ("who is singing", "woman", 7010),
+              ("what is a man playing", "guitar", 7011), ("what is running on grass", "dog", 7012),
+              ("what color is the car", "red", 7013), ("where are people dancing", "kitchen", 7014),
+              ("how many dogs run", "two", 7012), ("what is a man riding", "bike", 7015),
+              ("who is cooking", "woman", 7014), ("what is a woman cooking", "pasta", 7014)],
+    "val": [("what is a man playing", "guitar", 7016), ("who sleeps", "cat", 7012)],
+    "test": [("what is a man playing", "guitar", 7017), ("what color is the car", "red", 7013),
+             ("what is a woman singing", "song", 7010), ("when do people eat", "night", 7014),
+             ("who is riding", "man", 7015)],
+}
+
+
+def msrvtt_qa(root: str, frames=None, feature_dim: int = 768, vocab_topk: int = 4000, seed: int = 0) -> dict:
+  """FrozenBiLM's `<DATA_DIR>/MSRVTT-QA` folder (the Just Ask preprocessing) in miniature.
+
+  train.csv / val.csv / test.csv: columns question, answer, category_id, video_id, id, type (Just Ask
+  preproc/preproc_msrvttqa.py `json_to_df`; type from the first word: what 0, how 1, color 2, where 3, who 4,
+  when 5; train rows whose answer is outside the top-k vocabulary are dropped there). video_id is the integer
+  MSRVTT id. vocab.json: {answer: id} over the 4000 most common train answers (`get_vocabulary`).
+  clipvitl14.pth: torch.save'd dict {int video_id: float16 tensor [T_video, 768]} (FrozenBiLM
+  extract/merge_features.py: msrvtt keys int(name[5:]), `features[mapping[x]] = feat.half()`), read by
+  videoqa_dataset.py with `th.load(features_path)[video_id].float()`.
+
+  Returns {"dir", "features" (video_id -> np.float16 array), "rows"}.
+  """
+  import pandas as pd
+  import torch
+  os.makedirs(root, exist_ok=True)
+  rng = np.random.default_rng(seed)
+  counts = collections.Counter(a for _, a, _ in MSRVTT_ROWS["train"])
+  vocab = {a: i for i, (a, _) in enumerate(counts.most_common(vocab_topk))}
+  with open(os.path.join(root, "vocab.json"), "w") as f:
+    json.dump(vocab, f)
+  next_id = 0
+  for split, rows in MSRVTT_ROWS.items():
+    qs = [q for q, _, _ in rows]
+    df = pd.DataFrame({"question": qs, "answer": [a for _, a, _ in rows], "category_id": [v % 20 for _, _, v in rows],
+                       "video_id": [v for _, _, v in rows], "id": list(range(next_id, next_id + len(rows)))},
+                      columns=["question", "answer", "category_id", "video_id", "id"])
+    next_id += len(rows)
+    if split == "train":
+      df = df[df["answer"].isin(vocab)]
+    df["type"] = [MSRVTT_TYPES["color"] if "color" in q else MSRVTT_TYPES[q.split(" ")[0]] for q in df["question"]]
+    df.to_csv(os.path.join(root, f"{split}.csv"), index=False)
+  video_ids = sorted({v for rows in MSRVTT_ROWS.values() for _, _, v in rows})
+  frames = frames or {v: int(rng.integers(3, 15)) for v in video_ids}
+  feats = {v: rng.normal(size=(frames[v], feature_dim)).astype(np.float16) for v in video_ids}
+  torch.save({v: torch.from_numpy(x) for v, x in feats.items()}, os.path.join(root, "clipvitl14.pth"))
+  return {"dir": root, "features": feats, "rows": MSRVTT_ROWS}
+
+
+def ovqa_category(train_count: int) -> str:
+  """The OVQA paper's answer categories by train frequency: base > 100, common 11..100, rare 1..10, unseen 0."""
+  return "base" if train_count > 100 else "common" if train_count > 10 else "rare" if train_count > 0 else "unseen"
+
+
+def ovqa_authors_files(root: str, train_answers, test_answers, embed_dim: int = 8, seed: int = 0,
+                       categories: dict | None = None) -> dict:
+  """OVQA's `meta_data/<dataset>/` vocabulary, category and answer-graph files (mlvlab/OVQA README, dataset.py).
+
+  train_vocab.json, test_vocab.json: {answer: id}; dataset.py reads `ans2id = json.load(f"{split}_vocab.json")`
+  and looks the CSV answer up directly (`answer_id = self.ans2id[original_answer]`), so every answer of the split
+  is a key; ids are 0..n-1 (train.py sizes the answer tables with len(ans2id) and indexes them with the id).
+  Here the ids follow the train frequency (ties: first seen) for V_train; V_test lists the test answers in
+  their first-seen order -- deliberately not our converter's order, so a test can tell whose vocabulary is used.
+  ans2cat.json: {answer: "base" | "common" | "rare" | "unseen"} covering both vocabularies (dataset.py builds eps
+  from `ans2cat[k] for k in ans2id`, train.py's evaluate reads `ans2cat[ans]` for every test answer);
+  `categories` overrides single answers (the authors' counts may come from a larger pool than the CSVs).
+  answer_graph/{split}_edge_index.pth: int64 tensor [2, E] (torch_geometric edge_index, row 0 source, row 1
+  target); answer_graph/{split}_x.pth: float tensor [N, D], the node features with the |V_split| answers first
+  (model/deberta.py: gnn(vocab_embeddings, edge_index)[:n_ans]).
+  """
+  import torch
+  os.makedirs(os.path.join(root, "answer_graph"), exist_ok=True)
+  counts = collections.Counter(train_answers)
+  first = {}
+  for a in train_answers:
+    first.setdefault(a, len(first))
+  train_vocab = {a: i for i, a in enumerate(sorted(counts, key=lambda a: (-counts[a], first[a])))}
+  test_vocab = {}
+  for a in test_answers:
+    test_vocab.setdefault(a, len(test_vocab))
+  ans2cat = {a: ovqa_category(counts.get(a, 0)) for a in list(train_vocab) + list(test_vocab)}
+  ans2cat.update(categories or {})
+  for name, obj in (("train_vocab.json", train_vocab), ("test_vocab.json", test_vocab), ("ans2cat.json", ans2cat)):
+    with open(os.path.join(root, name), "w") as f:
+      json.dump(obj, f)
+  g = torch.Generator().manual_seed(seed)
+  for split, vocab in (("train", train_vocab), ("test", test_vocab)):
+    n = len(vocab) + 2  # two extra neighbour words
+    src = torch.tensor([n - 2, n - 1, 0], dtype=torch.int64)
+    dst = torch.tensor([0, 1, n - 2], dtype=torch.int64)
+    torch.save(torch.stack([src, dst]), os.path.join(root, "answer_graph", f"{split}_edge_index.pth"))
+    torch.save(torch.randn(n, embed_dim, generator=g), os.path.join(root, "answer_graph", f"{split}_x.pth"))
+  return {"dir": root, "train_vocab": train_vocab, "test_vocab": test_vocab, "ans2cat": ans2cat}
+
+
+VIOLIN_CLIPS = {
+    "friends_s01e01_seg01_clip_00": ("train", [["Ross: Hi, I'm Ross.", 0.5, 2.0], ["Rachel: You're late!", 2.0, 3.5]]),
+    "friends_s01e01_seg01_clip_01": ("train", [["Monica: Let's eat.", 0.0, 1.2]]),
+    "movieclips_a_quiet_place_clip_3": ("validate", [["(whispering) Don't move...", 1.0, 4.0]]),
+    "desperate_housewives_s02e03_clip_07": ("test", [["Gabrielle: I can't believe it's over.", 3.0, 6.5]]),
+}
+
+
+def violin_release(root: str, feature: str = "resnet", seed: int = 0) -> dict:
+  """VIOLIN's feature folder (jimmy646/violin violin_dataset.py) in miniature.
+
+  violin_annotation.json: {clip_id: {"file": clip_id, "source", "split": "train" | "validate" | "test",
+  "sub": [[text, start, end], ...], "statement": [[positive, negative] x 3]}} (the loader keeps clips with
+  clip["split"] == mode, asserts clip["file"] unique, joins `clean_str(ss[0]).lower()` over clip["sub"], and
+  reads clip["statement"][i][0 | 1]). all_res101_pool5_feat.h5 (resnet) / all_c3d_fc6_features.h5 (c3d): one
+  group per clip file with dataset `resnet_features` float32 [T, 2048] / `c3d_features` [T, 4096]
+  (`fin[clip_id + '/{}_features'.format(opt.feat)]`).
+  """
+  import h5py
+  os.makedirs(root, exist_ok=True)
+  rng = np.random.default_rng(seed)
+  dim = {"resnet": 2048, "c3d": 4096}[feature]
+  ann = {}
+  for k, (clip, (split, sub)) in enumerate(VIOLIN_CLIPS.items()):
+    ann[clip] = {"file": clip, "source": clip.split("_")[0], "split": split, "sub": sub,
+                 "statement": [[f"Statement {k}.{i} is true, isn't it?", f"Statement {k}.{i} is false!"]
+                               for i in range(3)]}
+  with open(os.path.join(root, "violin_annotation.json"), "w") as f:
+    json.dump(ann, f)
+  name = "all_res101_pool5_feat.h5" if feature == "resnet" else "all_c3d_fc6_features.h5"
+  feats = {}
+  with h5py.File(os.path.join(root, name), "w") as f:
+    for clip in ann:
+      feats[clip] = rng.random((int(rng.integers(2, 6)), dim), dtype=np.float32)
+      f.create_group(clip).create_dataset(f"{feature}_features", data=feats[clip])
+  return {"dir": root, "annotation": ann, "features": feats, "h5": os.path.join(root, name)}
+
+
+EVQA_FPS = 6
+
+
+def write_mp4(path: str, frames: np.ndarray, fps: int = EVQA_FPS) -> None:
+  """Encodes RGB uint8 frames [N, H, W, 3] as H.264 mp4 at `fps` (PyAV), near-lossless (crf 0-ish)."""
+  import av
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with av.open(path, "w") as container:
+    stream = container.add_stream("libx264", rate=fps)
+    stream.width, stream.height = frames.shape[2], frames.shape[1]
+    stream.pix_fmt = "yuv444p"
+    stream.options = {"crf": "0", "preset": "ultrafast"}
+    for img in frames:
+      for packet in stream.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(img), format="rgb24")):
+        container.mux(packet)
+    for packet in stream.encode():
+      container.mux(packet)
+
+
+def smooth_frames(num: int, height: int, width: int, seed: int = 0) -> np.ndarray:
+  """Smooth colour gradients that move over time ([num, H, W, 3] uint8): a video codec keeps them close."""
+  rng = np.random.default_rng(seed)
+  y, x = np.mgrid[0:height, 0:width]
+  out = np.zeros((num, height, width, 3), np.uint8)
+  base = rng.uniform(100, 180, size=3)  # every channel >= 50 away from pure red
+  for t in range(num):
+    for c in range(3):
+      out[t, :, :, c] = np.clip(base[c] + 30 * np.sin((x + 3 * t + 7 * c) / 9.0) + 20 * np.cos(y / 7.0), 0, 255)
+  return out
+
+
+EVQA_ENTRIES = [
+    # entry_id, video_id, frames, question, candidates, answer, segments
+    ("q0001", "vid_a", 14, "What does the person pick up?", ["cup", "book", "phone", "ball", "key"], "cup",
+     [[0.5, 1.5]]),
+    ("q0002", "vid_b", 12, "Which animal enters first?", ["cat", "dog", "bird", "horse", "cow"], "dog",
+     [[0.0, 0.5], [1.0, 1.5]]),
+]
+
+
+def evqa_release(root: str, height: int = 24, width: int = 32, seed: int = 0) -> dict:
+  """The ST-Evidence release (SalesforceAIResearch/EVQA benchmark/HUGGINGFACE_README.md) in miniature.
+
+  st_evidence_gen/st_evidence_gen.csv: entry_id, video_id, video_path, question, candidates (python-list
+  string), answer (text), segment ("[[s, e], ...]" seconds). st_evidence_gen/videos_6fps/<video_id>.mp4 (the
+  extracted videos_6fps.tar.gz; the authors' scripts map `<video_id>.mp4` found in the folder or one level below).
+  st_evidence_gen/masks/<entry_id>/<frame:05d>.png (the extracted masks.tar.gz; eval_st_evidence.py reads
+  `gt_masks/<entry_id>/<name>.png`, `convert('L') > 0`, one file per annotated 6 fps frame; 0/255 here).
+  st_evidence_mcq/: st_evidence_mcq.csv (the README's columns entry_id, video_id, video_path, question,
+  candidates, answer, segment, mask_options, temp_options); temp_options.json {entry_id: {"question",
+  "time_evidence_options": [[[s, e], ...] x 4], "correct_answer": "A".."D", "ground_truth_segments": [[s, e]]}};
+  mask_options.json {entry_id: {"entry_id", "question", "gt", "d1", "d2", "d3": image paths relative to the
+  folder options.tar.gz is extracted in, "options": the four keys in option order, "answer": index of "gt"}}
+  (benchmark/st_evidence_mcq/*_st_evidence_mcq.py); options.tar.gz holds options/<entry_id>/{gt,d1,d2,d3}.png,
+  the reference frame with a red boundary drawn around each candidate mask (RGB).
+
+  Returns {"dir", "frames": {video_id: [N, H, W, 3] uint8}, "masks": {entry_id: {frame: [H, W] bool}},
+  "entries", "temp_options", "mask_options", "spatial": {entry_id: (reference frame, the 4 candidate boxes
+  [4, H, W] bool in option order)}}.
+  """
+  import pandas as pd
+  from PIL import Image
+  rng = np.random.default_rng(seed)
+  gen, mcq = os.path.join(root, "st_evidence_gen"), os.path.join(root, "st_evidence_mcq")
+  os.makedirs(gen, exist_ok=True)
+  os.makedirs(mcq, exist_ok=True)
+  frames, masks, rows, temp, mask_opts, spatial = {}, {}, [], {}, {}, {}
+  options_root = os.path.join(mcq, "_options_src")
+  for k, (entry_id, video_id, n, question, cands, answer, segs) in enumerate(EVQA_ENTRIES):
+    frames[video_id] = smooth_frames(n, height, width, seed=seed + k)
+    write_mp4(os.path.join(gen, "videos_6fps", f"{video_id}.mp4"), frames[video_id])
+    masks[entry_id] = {}
+    for s, e in segs:
+      for f_idx in range(int(round(s * EVQA_FPS)), int(round(e * EVQA_FPS)) + 1):
+        m = np.zeros((height, width), bool)
+        y0, x0 = int(rng.integers(0, height - 8)), int(rng.integers(0, width - 8))
+        m[y0:y0 + 8, x0:x0 + 10] = True
+        masks[entry_id][f_idx] = m
+        d = os.path.join(gen, "masks", entry_id)
+        os.makedirs(d, exist_ok=True)
+        Image.fromarray(m.astype(np.uint8) * 255).save(os.path.join(d, f"{f_idx:05d}.png"))
+    rows.append({"entry_id": entry_id, "video_id": video_id, "video_path": f"videos_6fps/{video_id}.mp4",
+                 "question": question, "candidates": str(cands), "answer": answer, "segment": str(segs)})
+    distractors = [[[round(s + 0.5 * (j + 1), 2), round(e + 0.5 * (j + 1), 2)] for s, e in segs] for j in range(3)]
+    t_answer = k % 4
+    t_opts = distractors[:t_answer] + [segs] + distractors[t_answer:]
+    temp[entry_id] = {"question": question, "time_evidence_options": t_opts,
+                      "correct_answer": "ABCD"[t_answer], "ground_truth_segments": segs}
+    order = [["d1", "gt", "d2", "d3"], ["d3", "d2", "d1", "gt"]][k % 2]
+    ref_index = min(masks[entry_id])
+    ref = frames[video_id][ref_index]
+    d = os.path.join(options_root, "options", entry_id)
+    os.makedirs(d, exist_ok=True)
+    boxes = {}
+    for j, key in enumerate(("gt", "d1", "d2", "d3")):
+      img = ref.copy()
+      y0, x0 = 2 + 4 * j, 3 + 6 * j  # distinct 6 x 7 boxes
+      img[y0, x0:x0 + 7] = img[y0 + 5, x0:x0 + 7] = img[y0:y0 + 6, x0] = img[y0:y0 + 6, x0 + 6] = (255, 0, 0)
+      box = np.zeros((height, width), bool)
+      box[y0:y0 + 6, x0:x0 + 7] = True
+      boxes[key] = box
+      Image.fromarray(img).save(os.path.join(d, f"{key}.png"))
+    mask_opts[entry_id] = {"entry_id": entry_id, "question": question,
+                           **{key: f"options/{entry_id}/{key}.png" for key in ("gt", "d1", "d2", "d3")},
+                           "options": order, "answer": order.index("gt")}
+    spatial[entry_id] = (ref_index, np.stack([boxes[key] for key in order]))
+  pd.DataFrame(rows).to_csv(os.path.join(gen, "st_evidence_gen.csv"), index=False)
+  mcq_rows = [dict(r, mask_options=r["entry_id"], temp_options=r["entry_id"]) for r in rows]
+  pd.DataFrame(mcq_rows).to_csv(os.path.join(mcq, "st_evidence_mcq.csv"), index=False)
+  with open(os.path.join(mcq, "temp_options.json"), "w") as f:
+    json.dump(temp, f)
+  with open(os.path.join(mcq, "mask_options.json"), "w") as f:
+    json.dump(mask_opts, f)
+  with tarfile.open(os.path.join(mcq, "options.tar.gz"), "w:gz") as tar:
+    tar.add(os.path.join(options_root, "options"), arcname="options")
+  import shutil
+  shutil.rmtree(options_root)
+  return {"dir": root, "frames": frames, "masks": masks, "entries": EVQA_ENTRIES, "temp_options": temp,
+          "mask_options": mask_opts, "spatial": spatial}
