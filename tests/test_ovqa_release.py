@@ -120,10 +120,8 @@ def test_task_takes_base_answers_from_the_categories(tmp_path, monkeypatch):
                authors_vocab=authors["dir"])
   monkeypatch.chdir(REPO)
   config = ovqa_msrvtt.get_config("demo,small")
-  from data_prep import worlds
-  worlds.ensure_synthetic_world(config)
-  config.data.dir, config.data.synthetic, config.graph.variant = out, "", "A"
+  config.data.dir, config.data.synthetic, config.verbalizer.variant = out, "", "A"
   task = OVQATask(config)
-  assert task.answers_train[:2] == ["guitar", "woman"]
+  assert task.input.answers_train[:2] == ["guitar", "woman"]
   is_base = task.aux_inputs("train")["is_base"]
   np.testing.assert_array_equal(np.nonzero(is_base)[0], [1])  # "woman": base by their category, 2 train rows
