@@ -105,9 +105,9 @@ def categorize(ops, op_names) -> str:
     return "matmul"
   if _RNG.search(joined) or "rng-bit-generator" in ops_set:
     return "dropout RNG"
-  if "erf" in ops_set or re.search(r"/erf\b", joined):
+  if ops_set & {"erf", "erfc"} or re.search(r"/erfc?$", joined, re.M):  # jax's exact GELU is x * erfc(-x/√2) / 2
     return "GELU (erf)"
-  if "softmax" in joined or ("exponential" in ops_set and "reduce" in ops_set):
+  if "exponential" in ops_set or re.search(r"/(exp|softmax)$", joined, re.M):
     return "softmax"
   if "LayerNorm" in joined or "rsqrt" in ops_set:
     return "LayerNorm"
