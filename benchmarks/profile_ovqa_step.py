@@ -109,14 +109,14 @@ def categorize(ops, op_names) -> str:
     return "GELU (erf)"
   if "exponential" in ops_set or re.search(r"/(exp|softmax)$", joined, re.M):
     return "softmax"
+  named = [n for n in op_names if n]
+  if named and "train_step" in joined and not any("jvp(" in n or "transpose(" in n for n in named):
+    return "optimizer"  # the train step outside the loss's forward and backward: Adam, clipping, gradient norm
   if "LayerNorm" in joined or "rsqrt" in ops_set:
     return "LayerNorm"
   if ops_set & _GATHER:
     return "gather/scatter"
-  if op_names and all(n and "jvp(" not in n and "transpose(" not in n for n in op_names if n) and \
-     any(n for n in op_names) and re.search(r"train_step", joined):
-    return "optimizer"
-  if ops_set <= _MOVE:
+  if ops_set - {"fusion"} <= _MOVE:  # e.g. a weight transposed for the backward dot, a layout change
     return "data movement"
   return "other elementwise/reduce"
 
@@ -143,7 +143,7 @@ def pass_of(op_names) -> str:
   joined = "\n".join(n for n in op_names if n)
   if "transpose(" in joined:
     return "backward"
-  if "jvp(" in joined:
+  if "jvp(" in joined or (joined and "train_step" not in joined):  # the eval step is all forward
     return "forward"
   return "optimizer/other" if joined else "other"
 
@@ -194,6 +194,9 @@ def profile_step(name, fn, call, steps: int, hlo_dir: str) -> dict:
       f.write(text)
   order, top = parse_hlo(text)
   kinds = {n: categorize(*top[n]) for n in order}
+  # Instructions that run (parameters, tuples and bitcasts are bookkeeping, not executed as thunks).
+  executed = [n for n in order if top[n][0][0] not in ("parameter", "constant", "tuple", "get-tuple-element",
+                                                       "bitcast")]
   cost = compiled.cost_analysis()
   cost = cost[0] if isinstance(cost, (list, tuple)) else cost
   cost = {k: float(cost[k]) for k in ("flops", "transcendentals", "bytes accessed") if cost and k in cost}
@@ -219,9 +222,9 @@ def profile_step(name, fn, call, steps: int, hlo_dir: str) -> dict:
   busy = union_ns([(s, d) for _, s, d in events])
   top_ops = sorted(by_op.items(), key=lambda kv: -kv[1])[:15]
   return {
-      "cost_analysis": cost, "hlo_top_level_ops": len(order),
-      "hlo_ops_per_category": dict(collections.Counter(kinds.values())),
-      "hlo_dots": sum(top[n][0].count("dot") for n in order),
+      "cost_analysis": cost, "hlo_top_level_ops": len(executed),
+      "hlo_ops_per_category": dict(collections.Counter(kinds[n] for n in executed)),
+      "hlo_dots": sum(top[n][0].count("dot") for n in executed),
       "traced_steps": steps, "events": len(events),
       "share_by_category": shares(by_cat), "share_by_model_part": shares(by_part), "share_by_pass": shares(by_pass),
       "host_share": round(max(0.0, 1.0 - busy / wall_ns), 4),

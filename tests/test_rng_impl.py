@@ -37,11 +37,11 @@ def _losses(rng_impl, steps=2):
   state = {"step": jax.device_put(jnp.zeros((), jnp.int32), repl), "trainable": trainable, "frozen": {},
            "opt_state": jax.device_put(tx.init(trainable), repl)}
   shardings = jax.tree.map(lambda x: x.sharding, state)
-  steps = trainer.StepFns(_DropoutTask(rng_impl), tx, mesh, (), shardings, repl, None)
+  fns = trainer.StepFns(_DropoutTask(rng_impl), tx, mesh, (), shardings, repl, None)
   x = np.arange(1, 65, dtype=np.float32).reshape(4, 16)
   out = []
   for _ in range(steps):
-    state, metrics = steps.train_step(state, {"x": jax.device_put(x, repl)}, None)
+    state, metrics = fns.train_step(state, {"x": jax.device_put(x, repl)}, None)
     out.append(float(metrics["loss"]))
   return out, x
 
