@@ -271,18 +271,17 @@ def profile_model(model: str, args, workdir: str, monitor) -> dict:
       with monitor.block(f"{model}/{mode}"):
         out[mode] = profile_step(f"{model}_{mode}", fn, _Call(lambda: (state["s"], jx["batch"], jx["aux"]), run),
                                  args.steps, args.hlo_dir)
+    print_table(model, mode, out[mode])
   return out
 
 
-def print_table(result) -> None:
-  for model, modes in result["models"].items():
-    for mode, r in modes.items():
-      print(f"\n{model} {mode} step: {r['cost_analysis'].get('flops', 0):.3g} FLOPs, host share "
-            f"{r['host_share']:.1%}", file=sys.stderr)
-      for cat, share in r["share_by_category"].items():
-        print(f"  {cat:<28s} {share:6.1%}", file=sys.stderr)
-      print("  by part: " + ", ".join(f"{k} {v:.1%}" for k, v in r["share_by_model_part"].items()), file=sys.stderr)
-      print("  by pass: " + ", ".join(f"{k} {v:.1%}" for k, v in r["share_by_pass"].items()), file=sys.stderr)
+def print_table(model, mode, r) -> None:
+  print(f"\n{model} {mode} step: {r['cost_analysis'].get('flops', 0):.3g} FLOPs, host share "
+        f"{r['host_share']:.1%}", file=sys.stderr)
+  for cat, share in r["share_by_category"].items():
+    print(f"  {cat:<28s} {share:6.1%}", file=sys.stderr)
+  print("  by part: " + ", ".join(f"{k} {v:.1%}" for k, v in r["share_by_model_part"].items()), file=sys.stderr)
+  print("  by pass: " + ", ".join(f"{k} {v:.1%}" for k, v in r["share_by_pass"].items()), file=sys.stderr, flush=True)
 
 
 def main(argv=None) -> dict:
@@ -316,7 +315,6 @@ def main(argv=None) -> dict:
       result["models"][model] = profile_model(model, args, workdir, monitor)
   # Shares are relative and hold under load; the verdict still says whether the wall times could be quoted.
   result.update(monitor.report())
-  print_table(result)
   line = json.dumps(result)
   print(line, flush=True)
   if args.out:
