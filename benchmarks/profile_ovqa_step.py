@@ -45,7 +45,8 @@ PARTS = (("answer head", re.compile(r"answer|/lm/cls|lm_predictions|mean_subword
 
 _COMP = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$")
 _INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*.*?\s([a-z][\w\-]*)\((.*)$")
-_CALLED = re.compile(r"(?:calls|body|condition|to_apply|branch_computations|called_computations)=\{?([^}=]*?)(?:\}|,\s*\w+=|$)")
+_CALLED = re.compile(r"\b(?:calls|body|condition|to_apply)=%?([\w.\-]+)|"
+                     r"\b(?:branch_computations|called_computations)=\{([^}]*)\}")
 _OPNAME = re.compile(r'op_name="([^"]*)"')
 
 
@@ -69,7 +70,8 @@ def parse_hlo(text: str):
     m = _INSTR.match(line)
     if m:
       name, opcode, rest = m.groups()
-      called = [c.strip().lstrip("%") for g in _CALLED.findall(rest) for c in g.split(",") if c.strip()]
+      called = [c.strip().lstrip("%") for one, many in _CALLED.findall(rest) for c in (one or many).split(",")
+                if c.strip()]
       op_name = _OPNAME.search(rest)
       comps[cur].append((name, opcode, op_name.group(1) if op_name else "", called))
   if entry is None:

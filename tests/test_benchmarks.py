@@ -93,3 +93,70 @@ def test_ovqa_vs_torch_runs_end_to_end(tmp_path):
     assert {"load1_before", "load1_after", "foreign_cores", "own_cores", "wall_s"} <= set(b)
   if not result["usable"]:
     assert result["load"]["reasons"] and "UNUSABLE" in proc.stderr
+
+
+HLO = """HloModule jit_train_step, is_scheduled=true
+
+%fused_dot (p0: f32[4,8], p1: f32[8,8]) -> f32[4,8] {
+  %p0 = f32[4,8]{1,0} parameter(0)
+  %p1 = f32[8,8]{1,0} parameter(1)
+  ROOT %dot.1 = f32[4,8]{1,0} dot(%p0, %p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}, metadata={op_name="jit(train_step)/jvp(M)/ffn/dot_general"}
+}
+
+%fused_gelu (p0: f32[4,8]) -> f32[4,8] {
+  %p0 = f32[4,8]{1,0} parameter(0)
+  ROOT %m = f32[4,8]{1,0} multiply(%p0, %p0), metadata={op_name="jit(train_step)/jvp(M)/ffn/erfc"}
+}
+
+%body (t: (u32[4,8], s32[])) -> (u32[4,8], s32[]) {
+  %t = (u32[4,8]{1,0}, s32[]) parameter(0)
+  %g = u32[4,8]{1,0} get-tuple-element(%t), index=0
+  %x = u32[4,8]{1,0} xor(%g, %g), metadata={op_name="jit(train_step)/jvp(M)/Dropout_0/jit(_bernoulli)/jit(_uniform)/while/body/xor"}
+  %i = s32[] get-tuple-element(%t), index=1
+  ROOT %r = (u32[4,8]{1,0}, s32[]) tuple(%x, %i)
+}
+
+%cond (t: (u32[4,8], s32[])) -> pred[] {
+  %t = (u32[4,8]{1,0}, s32[]) parameter(0)
+  ROOT %c = pred[] constant(false)
+}
+
+%fused_adam (p0: f32[8,8]) -> f32[8,8] {
+  %p0 = f32[8,8]{1,0} parameter(0)
+  ROOT %a = f32[8,8]{1,0} add(%p0, %p0), metadata={op_name="jit(train_step)/add"}
+}
+
+%fused_t (p0: f32[8,8]) -> f32[8,8] {
+  %p0 = f32[8,8]{1,0} parameter(0)
+  %tr = f32[8,8]{0,1} transpose(%p0), dimensions={1,0}
+  ROOT %cp = f32[8,8]{1,0} copy(%tr), metadata={op_name="state['frozen']['w']"}
+}
+
+ENTRY %main (x: f32[4,8], w: f32[8,8], s: (u32[4,8], s32[])) -> f32[4,8] {
+  %x = f32[4,8]{1,0} parameter(0), metadata={op_name="x"}
+  %w = f32[8,8]{1,0} parameter(1), metadata={op_name="state['trainable']['LayerNorm']"}
+  %s = (u32[4,8]{1,0}, s32[]) parameter(2)
+  %dot_fusion = f32[4,8]{1,0} fusion(%x, %w), kind=kOutput, calls=%fused_dot
+  %gelu_fusion = f32[4,8]{1,0} fusion(%dot_fusion), kind=kLoop, calls=%fused_gelu
+  %while.3 = (u32[4,8]{1,0}, s32[]) while(%s), condition=%cond, body=%body
+  %adam_fusion = f32[8,8]{1,0} fusion(%w), kind=kLoop, calls=%fused_adam
+  %copy_fusion = f32[8,8]{1,0} fusion(%w), kind=kLoop, calls=%fused_t
+  ROOT %out = f32[4,8]{1,0} add(%gelu_fusion, %gelu_fusion), metadata={op_name="jit(train_step)/transpose(jvp(M))/add"}
+}
+"""
+
+
+def test_profile_classifies_hlo_instructions():
+  import profile_ovqa_step as prof  # pylint: disable=import-outside-toplevel
+  order, top = prof.parse_hlo(HLO)
+  assert order == ["x", "w", "s", "dot_fusion", "gelu_fusion", "while.3", "adam_fusion", "copy_fusion", "out"]
+  kinds = {n: prof.categorize(*top[n]) for n in order}
+  assert kinds["dot_fusion"] == "matmul" and kinds["gelu_fusion"] == "GELU (erf)"
+  assert kinds["while.3"] == "dropout RNG"  # through the while body it calls
+  assert kinds["adam_fusion"] == "optimizer" and kinds["copy_fusion"] == "data movement"
+  assert kinds["out"] == "other elementwise/reduce"
+  assert prof.pass_of(top["out"][1]) == "backward" and prof.pass_of(top["dot_fusion"][1]) == "forward"
+  assert prof.pass_of(top["adam_fusion"][1]) == "optimizer/other"
+  # Overlapping op intervals (two threads) count once in the busy time; shares are of the summed op time.
+  assert prof.union_ns([(0, 10), (5, 10), (30, 5)]) == 20
+  assert prof.shares({"matmul": 3.0, "softmax": 1.0}) == {"matmul": 0.75, "softmax": 0.25}
