@@ -220,6 +220,9 @@ def profile_step(name, fn, call, steps: int, hlo_dir: str) -> dict:
     by_part[model_part(names)] += dur
     by_pass[pass_of(names)] += dur
     by_op[op] += dur
+  if hlo_dir:  # per-instruction op time next to the HLO, to reclassify or compare runs offline
+    with open(os.path.join(hlo_dir, f"{name}.op_ns.json"), "w") as f:
+      json.dump({op: d / steps for op, d in sorted(by_op.items(), key=lambda kv: -kv[1])}, f)
   op_total = sum(by_cat.values())
   busy = union_ns([(s, d) for _, s, d in events])
   top_ops = sorted(by_op.items(), key=lambda kv: -kv[1])[:15]
@@ -298,7 +301,7 @@ def main(argv=None) -> dict:
   p.add_argument("--deberta-layers", type=int, default=ovqa_vs_torch.DEBERTA_XSMALL["num_hidden_layers"])
   p.add_argument("--steps", type=int, default=5, help="traced steady steps per step function")
   p.add_argument("--rng-impl", default="threefry2x32", help="config.rng_impl of the train step (e.g. rbg)")
-  p.add_argument("--hlo-dir", default="", help="write each step's optimized HLO text here")
+  p.add_argument("--hlo-dir", default="", help="write each step's optimized HLO text and per-op time here")
   p.add_argument("--out", default="")
   machine.add_arguments(p)
   args = p.parse_args(argv)
