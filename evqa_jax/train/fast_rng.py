@@ -1,0 +1,47 @@
+"""Threefry without the loop on CPU: the same random bits, drawn several times faster.
+
+jax lowers the threefry2x32 hash on CPU as a 5-iteration `fori_loop` (an XLA while loop, which keeps compile time
+down), while every other platform gets the unrolled 20 rounds. In the loop each iteration reads and writes the whole
+[N] uint32 state, and nothing around it fuses; unrolled, XLA fuses the hash with the Bernoulli comparison that
+uses its bits into one elementwise pass. Both lowerings are the same uint32 arithmetic, so the bits, the dropout
+masks and every training result are identical (tests/test_fast_rng.py). In the OVQA demo's train step the dropout
+masks took about 17% of the op time with the loop (benchmarks/profile_ovqa_step.py); a lone [32, 12, 74, 74]
+Bernoulli draw is about 8x faster unrolled.
+
+The lowering is registered process-wide (jax keeps one rule per primitive and platform); it applies to everything
+lowered afterwards, not to programs already compiled.
+"""
+
+import contextlib
+
+
+def _threefry_module():
+  try:
+    from jax._src.interpreters import mlir  # pylint: disable=import-outside-toplevel
+    from jax._src.random import threefry2x32 as tf  # pylint: disable=import-outside-toplevel
+  except ImportError:
+    return None, None
+  if not all(hasattr(tf, a) for a in ("threefry2x32_p", "_threefry2x32_lowering_rule",
+                                      "_threefry2x32_cpu_lowering_rule")):
+    return None, None  # another jax layout: keep jax's own lowering
+  return tf, mlir
+
+
+def set_unrolled_threefry_on_cpu(unrolled: bool = True) -> bool:
+  """Registers the unrolled (True) or jax's default looped (False) threefry lowering for CPU. -> whether it could."""
+  tf, mlir = _threefry_module()
+  if tf is None:
+    return False
+  rule = tf._threefry2x32_lowering_rule if unrolled else tf._threefry2x32_cpu_lowering_rule  # pylint: disable=protected-access
+  mlir.register_lowering(tf.threefry2x32_p, rule, platform="cpu")
+  return True
+
+
+@contextlib.contextmanager
+def jax_default_threefry():
+  """Lowers with jax's own looped CPU threefry inside the block (benchmarks' plain-JAX references), unrolled after."""
+  set_unrolled_threefry_on_cpu(False)
+  try:
+    yield
+  finally:
+    set_unrolled_threefry_on_cpu(True)
