@@ -248,7 +248,6 @@ def profile_model(model: str, args, workdir: str, monitor) -> dict:
   import jax
   config = ovqa_vs_torch.experiment_config(model)
   config.batch_size = args.batch
-  config.rng_impl = args.rng_impl
   mlm, hf_dir = ovqa_vs_torch.build_torch(model, args, workdir)
   batch, aux = ovqa_vs_torch.make_inputs(args, mlm.config.vocab_size)
   del mlm
@@ -300,7 +299,6 @@ def main(argv=None) -> dict:
   p.add_argument("--dropout", type=float, default=0.1)
   p.add_argument("--deberta-layers", type=int, default=ovqa_vs_torch.DEBERTA_XSMALL["num_hidden_layers"])
   p.add_argument("--steps", type=int, default=5, help="traced steady steps per step function")
-  p.add_argument("--rng-impl", default="threefry2x32", help="config.rng_impl of the train step (e.g. rbg)")
   p.add_argument("--hlo-dir", default="", help="write each step's optimized HLO text and per-op time here")
   p.add_argument("--out", default="")
   machine.add_arguments(p)
@@ -311,7 +309,7 @@ def main(argv=None) -> dict:
   result = {"benchmark": "profile_ovqa_step",
             "setting": {"batch": args.batch, "visual_tokens": args.frames, "text_tokens": args.text_len,
                         "answers": args.answers, "dropout": args.dropout, "deberta_layers": args.deberta_layers,
-                        "traced_steps": args.steps, "rng_impl": args.rng_impl},
+                        "traced_steps": args.steps},
             "models": {}}
   with tempfile.TemporaryDirectory(prefix="ovqa_prof_") as workdir:
     for model in [m.strip() for m in args.models.split(",") if m.strip()]:

@@ -23,10 +23,6 @@ def base_config() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.task = ""
   c.seed = 42
-  # PRNG of the train step's dropout keys (jax.random.key impl). "rbg" draws the dropout masks about 30% faster on
-  # CPU than threefry (benchmarks/profile_ovqa_step.py) but is another random stream: the README's demo results
-  # were trained with threefry2x32, so it stays the default.
-  c.rng_impl = "threefry2x32"
   c.batch_size = 32
   c.eval_batch_size = 64
 

@@ -98,11 +98,10 @@ class StepFns:
   def __init__(self, task, tx, mesh, rules, state_shardings, batch_shard, aux_shardings):
     self.task = task
     repl = sharding.replicated(mesh)
-    rng_impl = task.config.get("rng_impl", "threefry2x32")  # configs/common.py: another impl is another stream
     fast_rng.set_unrolled_threefry_on_cpu()  # the same dropout bits, several times faster on CPU
 
     def train_step(state, batch, aux):
-      rng = jax.random.fold_in(jax.random.key(task.config.seed, impl=rng_impl), state["step"])
+      rng = jax.random.fold_in(jax.random.key(task.config.seed), state["step"])
 
       def loss_fn(trainable):
         params = partition.merge_params(trainable, state["frozen"])
