@@ -31,6 +31,8 @@ Three sides (columns):
   Attention, nn.Dense, every layer over the whole sequence), the same adapters, freezing (gradients and Adam state
   for the trainable subtree only, donated), dropout, head, loss and optimiser, weights copied from the torch model.
   It is the yardstick for what plain JAX reaches on the machine at hand; the product should be at least as fast.
+  It is compiled with jax's own lowerings (evqa_jax's StepFns registers an unrolled CPU threefry process-wide,
+  evqa_jax/train/fast_rng.py; the plain reference does not get it).
 
 Before timing, a parity check runs every side deterministically on the benchmark batch and reports the largest
 logit difference against PyTorch (proof that all compute the same function). Timing: `--warmup` steps are excluded
