@@ -31,8 +31,8 @@ Three sides (columns):
   Attention, nn.Dense, every layer over the whole sequence), the same adapters, freezing (gradients and Adam state
   for the trainable subtree only, donated), dropout, head, loss and optimiser, weights copied from the torch model.
   It is the yardstick for what plain JAX reaches on the machine at hand; the product should be at least as fast.
-  It is compiled with jax's own lowerings (evqa_jax's StepFns registers an unrolled CPU threefry process-wide,
-  evqa_jax/train/fast_rng.py; the plain reference does not get it).
+  It is compiled with jax's own lowerings (with --unrolled-threefry, StepFns registers an unrolled CPU threefry
+  process-wide, evqa_jax/train/fast_rng.py; the plain reference does not get it).
 
 Before timing, a parity check runs every side deterministically on the benchmark batch and reports the largest
 logit difference against PyTorch (proof that all compute the same function). Timing: `--warmup` steps are excluded
@@ -508,7 +508,7 @@ class PlainFlaxRunner:
       updates, opt_state = tx.update(grads, opt_state, trainable)
       return optax.apply_updates(trainable, updates), opt_state, step + 1, loss
 
-    # Compiled here, with jax's own lowerings: evqa_jax's StepFns registers an unrolled CPU threefry process-wide
+    # Compiled here, with jax's own lowerings: with --unrolled-threefry, StepFns registers an unrolled CPU threefry
     # (evqa_jax.train.fast_rng), which a plain Flax program would not have.
     from evqa_jax.train import fast_rng
     with fast_rng.jax_default_threefry():
@@ -547,6 +547,7 @@ def run_model(model: str, args, workdir: str, monitor) -> dict:
 
   config = experiment_config(model)
   config.batch_size = args.batch
+  config.unrolled_cpu_threefry = args.unrolled_threefry
   print(f"[{model}] building torch model", file=sys.stderr, flush=True)
   mlm, hf_dir = build_torch(model, args, workdir)
   batch, aux = make_inputs(args, mlm.config.vocab_size)
@@ -690,6 +691,8 @@ def main(argv=None) -> dict:
   p.add_argument("--quick", action="store_true",
                  help="smoke run: 1 warm-up step, blocks of 1 step, 1 repeat (figures not for quoting)")
   p.add_argument("--out", default="")
+  p.add_argument("--unrolled-threefry", action="store_true",
+                 help="config.unrolled_cpu_threefry: evqa_jax's steps draw dropout masks with the unrolled threefry")
   machine.add_arguments(p)
   args = p.parse_args(argv)
   if args.quick:
@@ -709,7 +712,8 @@ def main(argv=None) -> dict:
             "setting": {"batch": args.batch, "visual_tokens": args.frames, "text_tokens": args.text_len,
                         "answers": args.answers, "dtype": "float32", "torch_threads": args.threads,
                         "warmup_steps": args.warmup, "steps_per_block": args.steps, "blocks": args.repeats,
-                        "dropout": args.dropout, "deberta_layers": args.deberta_layers, "quick": args.quick},
+                        "dropout": args.dropout, "deberta_layers": args.deberta_layers, "quick": args.quick,
+                        "unrolled_cpu_threefry": args.unrolled_threefry},
             "models": {}}
   with tempfile.TemporaryDirectory(prefix="ovqa_bench_") as workdir:
     for model in models:

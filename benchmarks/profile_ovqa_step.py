@@ -248,6 +248,7 @@ def profile_model(model: str, args, workdir: str, monitor) -> dict:
   import jax
   config = ovqa_vs_torch.experiment_config(model)
   config.batch_size = args.batch
+  config.unrolled_cpu_threefry = args.unrolled_threefry
   mlm, hf_dir = ovqa_vs_torch.build_torch(model, args, workdir)
   batch, aux = ovqa_vs_torch.make_inputs(args, mlm.config.vocab_size)
   del mlm
@@ -301,6 +302,8 @@ def main(argv=None) -> dict:
   p.add_argument("--steps", type=int, default=5, help="traced steady steps per step function")
   p.add_argument("--hlo-dir", default="", help="write each step's optimized HLO text and per-op time here")
   p.add_argument("--out", default="")
+  p.add_argument("--unrolled-threefry", action="store_true",
+                 help="config.unrolled_cpu_threefry: evqa_jax's steps draw dropout masks with the unrolled threefry")
   machine.add_arguments(p)
   args = p.parse_args(argv)
   import transformers
@@ -309,7 +312,7 @@ def main(argv=None) -> dict:
   result = {"benchmark": "profile_ovqa_step",
             "setting": {"batch": args.batch, "visual_tokens": args.frames, "text_tokens": args.text_len,
                         "answers": args.answers, "dropout": args.dropout, "deberta_layers": args.deberta_layers,
-                        "traced_steps": args.steps},
+                        "traced_steps": args.steps, "unrolled_cpu_threefry": args.unrolled_threefry},
             "models": {}}
   with tempfile.TemporaryDirectory(prefix="ovqa_prof_") as workdir:
     for model in [m.strip() for m in args.models.split(",") if m.strip()]:
