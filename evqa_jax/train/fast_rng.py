@@ -4,14 +4,14 @@ jax lowers the threefry2x32 hash on CPU as a 5-iteration `fori_loop` (an XLA whi
 down), while every other platform gets the unrolled 20 rounds. In the loop each iteration reads and writes the whole
 [N] uint32 state, and nothing around it fuses; unrolled, XLA fuses the hash with the Bernoulli comparison that
 uses its bits into one elementwise pass. Both lowerings are the same uint32 arithmetic, so the bits and the dropout
-masks are identical (tests/test_fast_rng.py). In the OVQA demo's train step the dropout
-masks took about 17% of the op time with the loop (benchmarks/profile_ovqa_step.py); a lone [32, 12, 74, 74]
-Bernoulli draw is about 8x faster unrolled.
+masks are identical (tests/test_fast_rng.py). A lone [32, 12, 74, 74] Bernoulli draw is about 8x faster unrolled;
+in the OVQA demo's train step the ops holding the dropout draws fell from about 17% to 12% of the op time
+(benchmarks/profile_ovqa_step.py, about 5% off the step).
 
 The masks are identical, but the float results are not always to the last bit: with the hash fused, XLA fuses the
-ops around the dropout differently (and LLVM contracts multiply-adds differently), so a training run can drift by
-~1e-7 from the looped one after a few steps (launch/behaviour_check.py on ovqa_small: step 3 loss 4.661029 vs
-4.661029 in the 7th digit). The README's demo results were trained with the looped lowering, so this is opt-in:
+ops around the dropout differently (and, presumably, contracts multiply-adds differently), so a training run drifts
+from the looped one after a few steps (launch/behaviour_check.py on ovqa_small: step 3 loss 4.6610289 against
+4.6610298). The README's demo results were trained with the looped lowering, so this is opt-in:
 `config.unrolled_cpu_threefry = True` (configs/common.py).
 
 The lowering is registered process-wide (jax keeps one rule per primitive and platform); it applies to everything
