@@ -6,7 +6,9 @@ For OVQA (video [10, 768] float32 + question/answer), VIOLIN (features [<=64, 51
 subtitles) and E-VQA (frames uint8 [24, 64, 64, 3] + masks uint8 [24, 64, 64] + strings) it writes
 temporary records, then measures examples/s of: decoding alone in this process (`decode`), and
 make_train_loader with a trivial numpy transform and worker_count 1 and 2 (`workers_1`, `workers_2`; the
-first batch, which includes worker start-up, is not timed).
+first batch, which includes worker start-up, is not timed). The JSON carries the machine, the load around each
+measurement and the `usable` verdict of benchmarks/machine.py (each loader measurement's block includes joining
+its workers, so their CPU counts as this benchmark's own, not as foreign).
 """
 
 import argparse
@@ -19,7 +21,9 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import machine  # noqa: E402  pylint: disable=wrong-import-position
 from evqa_jax.data import pipeline  # pylint: disable=g-import-not-at-top
 from evqa_jax.data import records
 from evqa_jax.data.example import Feature
@@ -91,10 +95,12 @@ def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--seconds", type=float, default=4.0, help="timed seconds per measurement")
   parser.add_argument("--batch", type=int, default=16, help="global batch size")
+  machine.add_arguments(parser)
   args = parser.parse_args()
+  monitor = machine.monitor_from_args(args)
 
   t0 = time.perf_counter()
-  figures = {"benchmark": "data_throughput", "cpu_count": os.cpu_count(), "batch": args.batch,
+  figures = {"benchmark": "data_throughput", "batch": args.batch,
              "seconds_per_measurement": args.seconds}
   with tempfile.TemporaryDirectory(prefix="evqa_data_bench_") as tmp:
     for task, cfg in TASKS.items():
@@ -106,19 +112,25 @@ def main():
       write_s = time.perf_counter() - start
       paths = records.split_paths(out, "train")
       src = TFRecordDataSource.from_split(out, "train")
-      start = time.perf_counter()
-      for i in range(len(src)):
-        TRANSFORMS[task](src[i])
-      decode_s = time.perf_counter() - start
+      with monitor.block(f"{task}/decode"):
+        start = time.perf_counter()
+        for i in range(len(src)):
+          TRANSFORMS[task](src[i])
+        decode_s = time.perf_counter() - start
+      loader_rates = {}
+      for w in (1, 2):
+        with monitor.block(f"{task}/workers_{w}"):
+          loader_rates[f"workers_{w}_examples_per_s"] = round(
+              timed_loader(src, TRANSFORMS[task], args.batch, w, args.seconds), 1)
       figures[task] = {
           "num_examples": n,
           "mean_record_bytes": round(sum(os.path.getsize(p) for p in paths) / n),
           "write_examples_per_s": round(n / write_s, 1),
           "decode_examples_per_s": round(n / decode_s, 1),
-          **{f"workers_{w}_examples_per_s": round(timed_loader(src, TRANSFORMS[task], args.batch, w, args.seconds), 1)
-             for w in (1, 2)},
+          **loader_rates,
       }
   figures["total_seconds"] = round(time.perf_counter() - t0, 1)
+  figures.update(monitor.report())
   print(json.dumps(figures, sort_keys=True))
 
 

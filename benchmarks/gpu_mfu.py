@@ -7,7 +7,8 @@ Builds configs/ovqa_msrvtt.py:bf16 with pretrained.shape = the xlarge shapes and
 built-in small synthetic world's records and answer graph (real [10, 768] video features, 256 tokens). The step is
 the trainer's own (trainable adapters/LayerNorms/verbalizer, frozen LM, Adam). FLOPs per step are XLA's count for the
 compiled step (per device x devices); MFU = FLOPs per step / step time / (peak FLOP/s per device x devices), with
-the peak dense bf16 rate of the device kind from PEAK_FLOPS (override with --peak_flops). Prints one JSON line.
+the peak dense bf16 rate of the device kind from PEAK_FLOPS (override with --peak_flops). Prints one JSON line, with
+the host machine, its load and the `usable` verdict of benchmarks/machine.py (host load matters less on a GPU).
 """
 
 import argparse
@@ -18,6 +19,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import machine  # noqa: E402  pylint: disable=wrong-import-position
 import train_throughput  # noqa: E402  pylint: disable=wrong-import-position
 
 # Peak dense bf16 FLOP/s per device (vendor data sheets, no sparsity), matched by substring of device_kind.
@@ -43,13 +45,16 @@ def main():
   parser.add_argument("--steps", type=int, default=10)
   parser.add_argument("--fp32", action="store_true", help="float32 instead of the bf16 variant")
   parser.add_argument("--peak_flops", type=float, default=None, help="per-device peak FLOP/s (else by device kind)")
+  machine.add_arguments(parser)
   args = parser.parse_args()
+  monitor = machine.monitor_from_args(args)
   import jax
   shapes = "tiny" if args.tiny else "paper"
   config = train_throughput.make_config("ovqa", shapes, args.batch, variants="" if args.fp32 else "bf16")
   bench = train_throughput.Bench(config)
   compile_s, compiled = bench.compile()
-  times = bench.run(args.steps, warmup=2)
+  with monitor.block("train_step"):
+    times = bench.run(args.steps, warmup=2)
   step_s = sorted(times)[len(times) // 2]  # median: robust to a stray slow step
   flops_dev = train_throughput.step_flops(compiled)
   n = jax.device_count()
@@ -71,6 +76,7 @@ def main():
       "examples_per_s": round(config.batch_size / step_s, 2), "flops_per_step": flops,
       "peak_flops_per_device": peak,
       "mfu": None if (flops is None or peak is None) else round(flops / step_s / (peak * n), 4), **mem,
+      **monitor.report(),
   }), flush=True)
 
 

@@ -5,7 +5,8 @@
 For each task's :demo config it measures (a) the Grain training pipeline (read + decode + the task's preprocess +
 stack; `worker_count` = each value of --workers) in batches/s after the first batch, and (b) the jitted train step in
 steps/s on prepared batches. `headroom` = pipeline batches/s / step steps/s: above 1 the step is the bottleneck;
-below 1 the accelerator waits for data (raise config.data.worker_count).
+below 1 the accelerator waits for data (raise config.data.worker_count). Each line carries the machine, the load
+around its timed blocks and the `usable` verdict of benchmarks/machine.py.
 """
 
 import argparse
@@ -17,6 +18,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import machine  # noqa: E402  pylint: disable=wrong-import-position
 import train_throughput  # noqa: E402  pylint: disable=wrong-import-position
 
 
@@ -41,20 +43,25 @@ def main():
   parser.add_argument("--batches", type=int, default=8)
   parser.add_argument("--steps", type=int, default=3)
   parser.add_argument("--workers", default="0,2")
+  machine.add_arguments(parser)
   args = parser.parse_args()
   tasks = train_throughput.available_tasks() if args.tasks == "all" else args.tasks.split(",")
   for task in tasks:
     bench = train_throughput.Bench(train_throughput.make_config(task, args.shapes))
     bench.compile()
-    times = bench.run(args.steps)
+    monitor = machine.monitor_from_args(args)
+    with monitor.block(f"{task}/step"):
+      times = bench.run(args.steps)
     step_rate = len(times) / sum(times)
     out = {"benchmark": "pipeline_vs_step", "task": task, "shapes": args.shapes,
            "batch_size": int(bench.config.batch_size), "step_per_s": round(step_rate, 3), "pipeline": {}}
     for w in [int(x) for x in args.workers.split(",")]:
-      rate = pipeline_rate(bench, w, args.batches)
+      with monitor.block(f"{task}/pipeline_workers_{w}"):
+        rate = pipeline_rate(bench, w, args.batches)
       out["pipeline"][f"workers_{w}"] = {"batches_per_s": round(rate, 3),
                                           "examples_per_s": round(rate * bench.config.batch_size, 1),
                                           "headroom": round(rate / step_rate, 3)}
+    out.update(monitor.report())
     print(json.dumps(out), flush=True)
 
 

@@ -7,10 +7,12 @@ Shapes: `demo` = the config's :demo variant (synthetic world, MiniLM-size encode
 DeBERTa-v2-xlarge encoder (random weights, config pretrained.shape), 256 tokens, on the synthetic world's records and
 answer vocabulary (VIOLIN / E-VQA: their default configs need the released data, so `paper` covers OVQA only).
 Batches are prepared beforehand, so the figure is the step alone: compile time, then the mean over --steps timed
-steps after one warm-up step. Weights are random (no checkpoint is read).
+steps after one warm-up step. Weights are random (no checkpoint is read). The JSON carries the machine, the load
+around each timed block and the `usable` verdict of benchmarks/machine.py (quote only usable runs).
 """
 
 import argparse
+import contextlib
 import importlib
 import json
 import os
@@ -19,7 +21,10 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import machine  # noqa: E402  pylint: disable=wrong-import-position
 
 TASK_CONFIGS = {"ovqa": "configs.ovqa_msrvtt", "violin": "configs.violin", "evqa": "configs.evqa_gen"}
 
@@ -127,12 +132,13 @@ def step_flops(compiled) -> float | None:
   return float(cost["flops"]) if cost and "flops" in cost else None
 
 
-def measure(task: str, shapes: str, steps: int, batch: int | None, variants: str = "") -> dict:
+def measure(task: str, shapes: str, steps: int, batch: int | None, variants: str = "", monitor=None) -> dict:
   import jax
   config = make_config(task, shapes, batch, variants)
   bench = Bench(config)
   compile_s, compiled = bench.compile()
-  times = bench.run(steps)
+  with monitor.block(f"{task}/{shapes}") if monitor else contextlib.nullcontext():
+    times = bench.run(steps)
   mean = sum(times) / len(times)
   flops = step_flops(compiled)
   return {"task": task, "shapes": shapes, "describe": bench.task.describe(), "batch_size": int(config.batch_size),
@@ -149,8 +155,10 @@ def main():
   parser.add_argument("--shapes", default="demo", choices=["demo", "paper", "tiny", "both"])
   parser.add_argument("--steps", type=int, default=3)
   parser.add_argument("--batch", type=int, default=None, help="global batch (default: the config's)")
+  machine.add_arguments(parser)
   args = parser.parse_args()
   import jax
+  monitor = machine.monitor_from_args(args)
   tasks = available_tasks() if args.tasks == "all" else args.tasks.split(",")
   shapes = ["demo", "paper"] if args.shapes == "both" else [args.shapes]
   results = []
@@ -158,11 +166,11 @@ def main():
     for s in shapes:
       if s in ("paper", "tiny") and task != "ovqa":
         continue
-      results.append(measure(task, s, args.steps, args.batch))
+      results.append(measure(task, s, args.steps, args.batch, monitor=monitor))
       print(json.dumps(results[-1]), file=sys.stderr, flush=True)
   print(json.dumps({"benchmark": "train_throughput", "backend": jax.default_backend(),
                     "device_kind": jax.devices()[0].device_kind, "host_cpus": os.cpu_count(),
-                    "machine": platform.machine(), "results": results}), flush=True)
+                    "arch": platform.machine(), "results": results, **monitor.report()}), flush=True)
 
 
 if __name__ == "__main__":

@@ -11,10 +11,12 @@ nodes, each layer on its prefix of edges) against a PyTorch version of the autho
 both endpoints of every edge (E x D^2 work per layer). Both: L = 2, eps = 0.7, loss = sum of squared answer
 embeddings, gradients for W_src / W_dst.
 The torch side is skipped (reported with the reason) where it would exceed --torch-max-gb or --torch-max-s.
-Prints one JSON line.
+Prints one JSON line, with the machine, the load around each worker and the `usable` verdict of
+benchmarks/machine.py (a worker's CPU counts as this process's own once it has exited).
 """
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -26,6 +28,9 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import machine  # noqa: E402  pylint: disable=wrong-import-position
 
 EPS = 0.7
 
@@ -169,11 +174,12 @@ def build_graph(n, args, wv, path):
   return graph
 
 
-def run_worker(impl, graph_path, args, timeout):
+def run_worker(impl, graph_path, args, timeout, monitor=None):
   cmd = [sys.executable, os.path.abspath(__file__), "--worker", impl, "--graph", graph_path, "--dim", str(args.dim),
          "--reps", str(args.reps)]
   try:
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    with monitor.block(f"{impl}/{os.path.basename(graph_path)}") if monitor else contextlib.nullcontext():
+      proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
   except subprocess.TimeoutExpired:
     return {"skipped": f"timed out after {timeout:.0f}s"}
   if proc.returncode != 0:
@@ -197,6 +203,7 @@ def main():
   parser.add_argument("--no-torch", action="store_true")
   parser.add_argument("--worker", choices=["jax", "torch"], help=argparse.SUPPRESS)
   parser.add_argument("--graph", help=argparse.SUPPRESS)
+  machine.add_arguments(parser)
   args = parser.parse_args()
 
   if args.worker:
@@ -206,6 +213,7 @@ def main():
 
   from evqa_jax.graphs import word_vectors
 
+  monitor = machine.monitor_from_args(args)
   sizes = [int(s) for s in args.sizes.split(",") if s]
   os.makedirs(args.cache_dir, exist_ok=True)
   wv = word_vectors.load_word_vectors(args.glove)
@@ -217,7 +225,7 @@ def main():
     row = {"answers": n, "nodes": graph.num_nodes, "edges": graph.num_edges,
            "graph_build_s": graph.info.get("build_s")}
     print(f"[{n} answers] {graph.num_nodes} nodes, {graph.num_edges} edges; running jax", file=sys.stderr)
-    row["jax"] = run_worker("jax", path, args, timeout=3600)
+    row["jax"] = run_worker("jax", path, args, timeout=3600, monitor=monitor)
     work = graph.num_edges * args.dim ** 2
     # The authors' layer keeps about a dozen [edges, D] float32 tensors alive for backward (measured 7.6 GB at
     # 91k edges, D = 1536); its time scales with edges * D^2.
@@ -231,7 +239,8 @@ def main():
       row["torch"] = {"skipped": f"estimated {est_s / (args.reps + 1):.0f} s per step > --torch-max-s"}
     else:
       print(f"[{n} answers] running torch", file=sys.stderr)
-      row["torch"] = run_worker("torch", path, args, timeout=args.torch_max_s * (args.reps + 1) * 2 + 60)
+      row["torch"] = run_worker("torch", path, args, timeout=args.torch_max_s * (args.reps + 1) * 2 + 60,
+                                monitor=monitor)
       if "fwd_bwd_s" in row["torch"]:
         torch_rate = row["torch"]["fwd_bwd_s"] / work
     jx, th = row["jax"], row["torch"]
@@ -243,8 +252,7 @@ def main():
     rows.append(row)
     print(json.dumps(row), file=sys.stderr)
   print(json.dumps({"benchmark": "verbalizer_scaling", "dim": args.dim, "k": args.k, "hops": args.hops,
-                    "answers": args.answers, "reps": args.reps, "cpu_count": os.cpu_count(),
-                    "load_avg_1m": os.getloadavg()[0], "results": rows}))
+                    "answers": args.answers, "reps": args.reps, "results": rows, **monitor.report()}))
 
 
 if __name__ == "__main__":

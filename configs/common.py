@@ -23,6 +23,10 @@ def base_config() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.task = ""
   c.seed = 42
+  # True: draw the dropout masks with an unrolled threefry on CPU (evqa_jax/train/fast_rng.py): the same masks,
+  # drawn several times faster, but the fused step rounds differently in the last bits, and the README's demo
+  # results were trained without it.
+  c.unrolled_cpu_threefry = False
   c.batch_size = 32
   c.eval_batch_size = 64
 

@@ -385,3 +385,26 @@ def test_errors_name_the_culprit(world, tmp_path):
   bad.write_text(json.dumps({"model_type": "bert"}))
   with pytest.raises(ValueError, match="model_type"):
     D.DebertaV2Config.from_hf_dir(str(tmp_path))
+
+
+def test_relative_rows_sliced_to_the_sequence():
+  """A sequence shorter than the span projects only the relative rows it gathers; attention is unchanged."""
+  xsmall = D.DebertaV2Config.from_dict(dict(TINY, position_buckets=256, max_position_embeddings=512,
+                                            hidden_size=32, num_attention_heads=4))
+  index, (lo, hi) = D.DebertaV2Encoder(xsmall).rel_index(74)
+  assert (lo, hi) == (256 - 73, 256 + 74)  # |i - j| <= 73 reaches 147 of the 512 rows
+  np.testing.assert_array_equal(index, D.relative_position_index(xsmall, 74) - lo)
+  assert D.DebertaV2Encoder(xsmall).rel_index(600)[1] == (0, 512)  # longer than the span: every row
+
+  cfg = _config(TINY)  # span 8: 16 relative rows; a 5-token sequence reaches 9 of them
+  index, rows = D.DebertaV2Encoder(cfg).rel_index(5)
+  assert rows == (8 - 4, 8 + 5)
+  rng = np.random.default_rng(0)
+  hidden = jnp.asarray(rng.standard_normal((2, 5, 32)), jnp.float32)
+  rel = jnp.asarray(rng.standard_normal((16, 32)), jnp.float32)
+  mask = jnp.ones((2, 5, 5), bool)
+  attn = D.DisentangledSelfAttention(cfg)
+  params = attn.init(jax.random.key(0), hidden, hidden, mask, rel, jnp.asarray(index)[None], True, rows)
+  full = attn.apply(params, hidden, hidden, mask, rel, jnp.asarray(D.relative_position_index(cfg, 5))[None], True)
+  sliced = attn.apply(params, hidden, hidden, mask, rel, jnp.asarray(index)[None], True, rows)
+  _close(sliced, full, atol=1e-6, rtol=1e-6)

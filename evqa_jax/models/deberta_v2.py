@@ -8,7 +8,8 @@ mask decoder (EMD):
   with c2p(i, j) = q_i . Kr[idx(i, j)], p2c(i, j) = k_j . Qr[idx(i, j)], idx(i, j) = clamp(bucket(i - j) + span,
   0, 2 span - 1) and Kr/Qr the relative embeddings (LayerNorm'ed when norm_rel_ebd has "layer_norm") projected by
   the key/query projections (share_att_key) or by pos_key_proj/pos_query_proj. Relative-position gathers are
-  `take_along_axis` over a [query, key] index table built once per sequence length.
+  `take_along_axis` over a [query, key] index table built once per sequence length; only the relative rows that
+  table reaches are projected (a sequence shorter than the span uses fewer than 2 span rows).
 - Masked attention scores are filled with the dtype minimum before the softmax (as transformers 5.24; a padded query
   row therefore attends uniformly, which only changes padded positions, never valid ones).
 - A ConvLayer after the first layer (conv over the embedding output, masked, act, LayerNorm with the layer output).
@@ -304,9 +305,10 @@ class DisentangledSelfAttention(nn.Module):
   config: DebertaV2Config
 
   @nn.compact
-  def __call__(self, hidden, query, mask, rel_embeddings=None, rel_index=None, deterministic=True):
+  def __call__(self, hidden, query, mask, rel_embeddings=None, rel_index=None, deterministic=True, rel_rows=None):
     """hidden [b, Sk, H] (keys/values), query [b, Sq, H], mask [b, Sq, Sk] bool, rel_embeddings [2 span, H],
-    rel_index [b or 1, Sq, Sk] int32 rows of `rel_embeddings`. Returns the context [b, Sq, heads, head_dim]."""
+    rel_index [b or 1, Sq, Sk] int32 rows of `rel_embeddings` (of its rows lo..hi-1 when `rel_rows` = (lo, hi), a
+    static pair). Returns the context [b, Sq, heads, head_dim]."""
     cfg = self.config
     heads, dim = cfg.num_attention_heads, cfg.head_dim
 
@@ -322,6 +324,11 @@ class DisentangledSelfAttention(nn.Module):
     if cfg.relative_attention and cfg.pos_att_type:
       rel = nn.Dropout(cfg.hidden_dropout_prob)(rel_embeddings, deterministic=deterministic)
       rel = rel[:2 * cfg.att_span].astype(cfg.dtype)
+      if rel_rows is not None:
+        # A sequence shorter than the span gathers only the rows of its |i - j| < S (147 of 512 at S = 74):
+        # projecting and scoring the others (c2p/p2c are [b, heads, S, rows]) would be wasted work. Sliced after the
+        # dropout, so its mask (and the random stream) is the same as over all rows.
+        rel = rel[rel_rows[0]:rel_rows[1]]
       if cfg.share_att_key:
         pos_key_proj, pos_query_proj = key_proj, query_proj
       else:
@@ -362,9 +369,9 @@ class DebertaV2Attention(nn.Module):
   config: DebertaV2Config
 
   @nn.compact
-  def __call__(self, hidden, query, mask, rel_embeddings, rel_index, deterministic=True):
+  def __call__(self, hidden, query, mask, rel_embeddings, rel_index, deterministic=True, rel_rows=None):
     context = DisentangledSelfAttention(self.config, name="self")(
-        hidden, query, mask, rel_embeddings, rel_index, deterministic)
+        hidden, query, mask, rel_embeddings, rel_index, deterministic, rel_rows)
     return DebertaV2SelfOutput(self.config, name="output")(context, query, deterministic)
 
 
@@ -397,10 +404,10 @@ class DebertaV2Layer(nn.Module):
   config: DebertaV2Config
 
   @nn.compact
-  def __call__(self, hidden, query, mask, rel_embeddings, rel_index, deterministic=True):
+  def __call__(self, hidden, query, mask, rel_embeddings, rel_index, deterministic=True, rel_rows=None):
     """hidden [b, Sk, H] keys/values, query [b, Sq, H] -> [b, Sq, H]."""
     x = DebertaV2Attention(self.config, name="attention")(
-        hidden, query, mask, rel_embeddings, rel_index, deterministic)
+        hidden, query, mask, rel_embeddings, rel_index, deterministic, rel_rows)
     h = DebertaV2Intermediate(self.config, name="intermediate")(x)
     return DebertaV2Output(self.config, name="output")(h, x, deterministic)
 
@@ -442,16 +449,24 @@ class DebertaV2Encoder(nn.Module):
     rel = self.rel_embeddings.embedding
     return self.LayerNorm(rel) if self.config.rel_layer_norm else rel.astype(self.config.dtype)
 
+  def rel_index(self, seq: int):
+    """-> ([seq, seq] int32 numpy rows into the relative embeddings' rows lo..hi-1, (lo, hi)): only the rows a
+    sequence of `seq` tokens gathers (see DisentangledSelfAttention)."""
+    index = relative_position_index(self.config, seq)
+    lo, hi = int(index.min()), int(index.max()) + 1
+    return index - lo, (lo, hi)
+
   def __call__(self, embeddings, valid, deterministic=True):
     """embeddings [b, S, H], valid [b, S] bool -> (last hidden [b, S, H], input of the last layer [b, S, H])."""
     seq = embeddings.shape[1]
     mask = valid[:, :, None] & valid[:, None, :]
     rel = self.rel_embedding()
-    index = jnp.asarray(relative_position_index(self.config, seq))[None] if rel is not None else None
+    index, rows = self.rel_index(seq) if rel is not None else (None, None)
+    index = None if index is None else jnp.asarray(index)[None]
     x = prev = embeddings
     for i, layer in enumerate(self.layer):
       prev = x
-      x = layer(x, x, mask, rel, index, deterministic)
+      x = layer(x, x, mask, rel, index, deterministic, rows)
       if i == 0 and self.config.conv_kernel_size > 0:
         x = self.conv(embeddings, x, valid, deterministic)
       x = nn.with_logical_constraint(x, ("batch", "length", "embed"))
@@ -465,18 +480,17 @@ class DebertaV2Encoder(nn.Module):
     """
     seq = prev.shape[1]
     rel = self.rel_embedding()
+    index, rows = self.rel_index(seq) if rel is not None else (None, None)
     if query_positions is None:
       q_valid = valid
-      index = jnp.asarray(relative_position_index(self.config, seq))[None] if rel is not None else None
+      index = None if index is None else jnp.asarray(index)[None]
     else:
       q_valid = jnp.take_along_axis(valid, query_positions, axis=1)
-      index = None
-      if rel is not None:
-        index = jnp.asarray(relative_position_index(self.config, seq))[query_positions]
+      index = None if index is None else jnp.asarray(index)[query_positions]
     mask = q_valid[:, :, None] & valid[:, None, :]
     last = self.layer[-1]
     for _ in range(_EMD_STEPS):
-      query = last(prev, query, mask, rel, index, deterministic)
+      query = last(prev, query, mask, rel, index, deterministic, rows)
     return query
 
 

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from evqa_jax.train import partition, sharding
+from evqa_jax.train import fast_rng, partition, sharding
 
 
 class StepFns:
@@ -23,6 +23,8 @@ class StepFns:
   def __init__(self, task, tx, mesh, rules, state_shardings, batch_shard, aux_shardings):
     self.task = task
     repl = sharding.replicated(mesh)
+    if task.config.get("unrolled_cpu_threefry", False):  # the same dropout bits, faster; opt-in (see fast_rng)
+      fast_rng.set_unrolled_threefry_on_cpu()
 
     def train_step(state, batch, aux):
       rng = jax.random.fold_in(jax.random.key(task.config.seed), state["step"])

@@ -1,0 +1,172 @@
+"""What every benchmark records about the machine it ran on, and whether its timings can be quoted.
+
+A speed figure depends on the CPU generation (XLA's code generation gains more from a newer core than PyTorch/MKL
+does) and on what else runs: other processes on a shared box take cores from XLA's and PyTorch's thread pools
+unequally, so ratios measured under load are not ratios of the idle machine. So each benchmark:
+
+  mon = machine.Monitor()                       # thresholds: --max-foreign-cores / --max-load-per-core
+  with mon.block("jax/train"):                  # one timed block
+    ...
+  result.update(mon.report())                   # {"machine": describe(), "load": ..., "usable": bool, ...}
+
+A block records the 1-minute load average before and after it, its wall time, and the CPU that processes OTHER
+than this one (and its reaped children) used during it, in cores: (busy jiffies of the whole machine in
+/proc/stat - this process's CPU time) / wall. A run is `usable` only when, in every block, that foreign CPU stayed
+at or under `max_foreign_cores` and the load average at or under `max_load_per_core` x cores. The load average is
+the issue's rule of thumb (it counts this benchmark's own threads too, and lags by a minute); the foreign CPU is
+the sharper test. An unusable run still prints its figures, marked so in the JSON and on stderr.
+"""
+
+import importlib.metadata
+import os
+import platform
+import sys
+import time
+
+PACKAGES = ("jax", "jaxlib", "flax", "optax", "numpy", "torch", "transformers")
+# CPU features that change what XLA / oneDNN generate (vector width, bf16/int8 dot instructions, AMX tiles).
+CPU_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16", "avx512_fp16",
+             "avx_vnni", "amx_tile", "amx_bf16", "amx_int8")
+DEFAULT_MAX_FOREIGN_CORES = 0.2
+DEFAULT_MAX_LOAD_PER_CORE = 1.0
+
+
+def _cpuinfo() -> dict:
+  """'model name' and 'flags' of the first processor in /proc/cpuinfo ({} where there is none, e.g. macOS)."""
+  try:
+    with open("/proc/cpuinfo") as f:
+      text = f.read()
+  except OSError:
+    return {}
+  info = {}
+  for line in text.split("\n\n")[0].splitlines():
+    key, _, value = line.partition(":")
+    info[key.strip()] = value.strip()
+  return info
+
+
+def describe() -> dict:
+  """CPU model, vector/matrix flags, cores, hypervisor, OS, library versions and XLA flags of this machine."""
+  info = _cpuinfo()
+  flags = set(info.get("flags", "").split())
+  try:
+    usable_cores = len(os.sched_getaffinity(0))
+  except AttributeError:
+    usable_cores = os.cpu_count()
+  versions = {"python": platform.python_version()}
+  for pkg in PACKAGES:  # installed versions, read without importing (torch alone takes seconds to import)
+    try:
+      versions[pkg] = importlib.metadata.version(pkg)
+    except importlib.metadata.PackageNotFoundError:
+      versions[pkg] = None
+  return {"cpu_model": info.get("model name") or platform.processor() or platform.machine(),
+          "cpu_flags": [f for f in CPU_FLAGS if f in flags], "hypervisor": "hypervisor" in flags,
+          "cpu_count": os.cpu_count(), "usable_cores": usable_cores, "platform": platform.platform(),
+          "versions": versions, "xla_flags": os.environ.get("XLA_FLAGS", ""),
+          "threads_env": {k: os.environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS") if k in os.environ}}
+
+
+def _busy_seconds():
+  """CPU seconds the whole machine has spent busy (all cores, idle and iowait excluded), or None off Linux."""
+  try:
+    with open("/proc/stat") as f:
+      v = [int(x) for x in f.readline().split()[1:]]
+  except OSError:
+    return None
+  return (sum(v) - v[3] - v[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_seconds() -> float:
+  """CPU seconds of this process (all threads) and of its children that have been waited for."""
+  t = os.times()
+  return t.user + t.system + t.children_user + t.children_system
+
+
+def load1() -> float:
+  return os.getloadavg()[0]
+
+
+class Block:
+  """One timed block: load average before/after, wall seconds, own and foreign CPU in cores (context manager)."""
+
+  def __init__(self, label: str, sink: list | None = None):
+    self.label = label
+    self.record = None
+    self._sink = sink
+
+  def __enter__(self):
+    self._load = load1()
+    self._busy, self._own, self._t = _busy_seconds(), _own_seconds(), time.perf_counter()
+    return self
+
+  def __exit__(self, *exc):
+    wall = max(time.perf_counter() - self._t, 1e-9)
+    busy, own = _busy_seconds(), _own_seconds() - self._own
+    foreign = None if busy is None else max(0.0, busy - self._busy - own) / wall
+    self.record = {"label": self.label, "wall_s": round(wall, 4), "load1_before": round(self._load, 2),
+                   "load1_after": round(load1(), 2), "own_cores": round(own / wall, 3),
+                   "foreign_cores": None if foreign is None else round(foreign, 3)}
+    if self._sink is not None:
+      self._sink.append(self.record)
+    return False
+
+
+class Monitor:
+  """Collects the blocks of one benchmark run and gives the `usable` verdict over all of them."""
+
+  def __init__(self, max_foreign_cores: float = DEFAULT_MAX_FOREIGN_CORES,
+               max_load_per_core: float = DEFAULT_MAX_LOAD_PER_CORE):
+    self.max_foreign_cores = max_foreign_cores
+    self.max_load_per_core = max_load_per_core
+    self.blocks = []
+    self.start_load1 = load1()
+
+  def block(self, label: str) -> Block:
+    return Block(label, self.blocks)
+
+  def verdict(self) -> dict:
+    """{"usable", "reasons": [...], "load1_max_per_core", "foreign_cores_max", "foreign_cores_mean"}."""
+    cores = os.cpu_count() or 1
+    reasons = []
+    if not self.blocks:
+      reasons.append("no timed block was recorded")
+    loads = [self.start_load1] + [x for b in self.blocks for x in (b["load1_before"], b["load1_after"])]
+    load_max = max(loads) / cores
+    if load_max > self.max_load_per_core:
+      reasons.append(f"1-minute load average reached {max(loads):.2f} on {cores} cores "
+                     f"({load_max:.2f} per core > {self.max_load_per_core})")
+    foreign = [b["foreign_cores"] for b in self.blocks if b["foreign_cores"] is not None]
+    noisy = [b["label"] for b in self.blocks if (b["foreign_cores"] or 0.0) > self.max_foreign_cores]
+    if noisy:
+      reasons.append(f"other processes used more than {self.max_foreign_cores} cores during {len(noisy)} of "
+                     f"{len(self.blocks)} timed blocks (max {max(foreign):.2f}; first: {noisy[0]})")
+    if self.blocks and not foreign:
+      reasons.append("foreign CPU could not be measured (no /proc/stat)")
+    return {"usable": not reasons, "reasons": reasons, "load1_max_per_core": round(load_max, 3),
+            "foreign_cores_max": round(max(foreign), 3) if foreign else None,
+            "foreign_cores_mean": round(sum(foreign) / len(foreign), 3) if foreign else None,
+            "thresholds": {"max_foreign_cores": self.max_foreign_cores, "max_load_per_core": self.max_load_per_core}}
+
+  def report(self, log=True) -> dict:
+    """{"machine", "load": {verdict + blocks}, "usable"} for the benchmark's JSON; prints the verdict to stderr."""
+    v = self.verdict()
+    if log:
+      if v["usable"]:
+        print(f"[machine] usable: foreign CPU max {v['foreign_cores_max']} cores, load {v['load1_max_per_core']} "
+              "per core", file=sys.stderr, flush=True)
+      else:
+        print("[machine] UNUSABLE for quoting (machine busy): " + "; ".join(v["reasons"]), file=sys.stderr,
+              flush=True)
+    return {"machine": describe(), "load": dict(v, blocks=self.blocks), "usable": v["usable"]}
+
+
+def add_arguments(parser) -> None:
+  """--max-foreign-cores / --max-load-per-core on a benchmark's argparse parser."""
+  parser.add_argument("--max-foreign-cores", type=float, default=DEFAULT_MAX_FOREIGN_CORES,
+                      help="a timed block with more CPU used by other processes (in cores) makes the run unusable")
+  parser.add_argument("--max-load-per-core", type=float, default=DEFAULT_MAX_LOAD_PER_CORE,
+                      help="a 1-minute load average above this x cores makes the run unusable")
+
+
+def monitor_from_args(args) -> Monitor:
+  return Monitor(args.max_foreign_cores, args.max_load_per_core)

@@ -1,0 +1,162 @@
+"""benchmarks/machine.py's usable verdict on hand-made blocks, and benchmarks/ovqa_vs_torch.py end to end (tiny)."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+
+import machine  # noqa: E402  pylint: disable=wrong-import-position
+
+
+def _block(label, foreign, load_before=0.5, load_after=0.5):
+  return {"label": label, "wall_s": 1.0, "load1_before": load_before, "load1_after": load_after, "own_cores": 1.0,
+          "foreign_cores": foreign}
+
+
+def test_verdict_hand_computed(monkeypatch):
+  monkeypatch.setattr(os, "cpu_count", lambda: 2)
+  mon = machine.Monitor(max_foreign_cores=0.2, max_load_per_core=1.0)
+  mon.start_load1 = 0.4
+  mon.blocks = [_block("a", 0.05), _block("b", 0.2, load_after=2.0)]  # at both thresholds: still usable
+  v = mon.verdict()
+  assert v["usable"] and v["reasons"] == []
+  assert v["load1_max_per_core"] == 1.0 and v["foreign_cores_max"] == 0.2 and v["foreign_cores_mean"] == 0.125
+
+  mon.blocks.append(_block("c", 0.9, load_before=2.6))  # another process took 0.9 cores; load 1.3 per core
+  v = mon.verdict()
+  assert not v["usable"]
+  assert v["load1_max_per_core"] == 1.3 and v["foreign_cores_max"] == 0.9
+  assert len(v["reasons"]) == 2
+  assert "2.60 on 2 cores" in v["reasons"][0] and "during 1 of 3 timed blocks" in v["reasons"][1]
+  assert "first: c" in v["reasons"][1]
+
+  assert not machine.Monitor().verdict()["usable"]  # nothing timed: nothing to quote
+
+
+def test_block_measures_own_cpu_not_as_foreign():
+  mon = machine.Monitor()
+  with mon.block("spin"):
+    cpu0 = time.process_time()
+    x = 0
+    for i in range(3_000_000):
+      x += i
+    cpu = time.process_time() - cpu0
+  (rec,) = mon.blocks
+  assert rec["label"] == "spin" and rec["wall_s"] > 0
+  # The loop's CPU is this process's own (to the 10 ms tick of os.times), whatever else the machine runs.
+  assert abs(rec["own_cores"] * rec["wall_s"] - cpu) < 0.03
+  assert 0.0 <= rec["foreign_cores"] <= os.cpu_count() + 0.1
+  report = mon.report(log=False)
+  assert set(report) == {"machine", "load", "usable"}
+  m = report["machine"]
+  assert m["cpu_count"] == os.cpu_count() and m["usable_cores"] >= 1 and m["cpu_model"]
+  assert set(machine.PACKAGES) <= set(m["versions"]) and m["versions"]["jax"]
+  assert report["load"]["blocks"] == mon.blocks
+
+
+def test_ovqa_vs_torch_runs_end_to_end(tmp_path):
+  pytest.importorskip("torch")
+  pytest.importorskip("transformers")
+  out = tmp_path / "bench.json"
+  env = dict(os.environ, XLA_FLAGS="", PYTHONPATH=REPO)  # one CPU device, as the benchmark runs
+  cmd = [sys.executable, os.path.join(REPO, "benchmarks", "ovqa_vs_torch.py"), "--quick", "--batch", "2",
+         "--text-len", "12", "--frames", "2", "--answers", "64", "--deberta-layers", "2", "--out", str(out)]
+  proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800, check=False)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  result = json.loads(out.read_text())
+  assert result == json.loads(proc.stdout.strip().splitlines()[-1])
+  assert result["setting"]["quick"] and result["setting"]["blocks"] == 1
+  sides = {"minilm": ("jax", "torch", "flax"), "deberta": ("jax", "torch")}
+  for model, fws in sides.items():
+    r = result["models"][model]
+    assert set(r["examples_per_s"]) == set(fws)
+    for fw in fws:
+      assert r["examples_per_s"][fw]["train"] > 0 and r["examples_per_s"][fw]["infer"] > 0
+      assert len(set(r["trainable_params"].values())) == 1 and set(r["trainable_params"]) == set(fws)
+    for fw in fws[:1] + fws[2:]:  # every side but torch is checked against torch
+      assert r["parity"][fw]["max_abs_logit_diff"] < 1e-3 and r["parity"][fw]["same_top1"] == 1.0
+    assert set(r["ratio_jax_over_torch"]) == {"train", "infer"}
+    assert r["jax_compile_s"]["train"] >= 0
+  assert set(result["models"]["minilm"]["ratio_jax_over_flax"]) == {"train", "infer"}
+  assert result["summary"]["minilm"]["flax"] == result["models"]["minilm"]["examples_per_s"]["flax"]
+  # The machine block and the verdict: one load record per (model, side, mode) block.
+  assert isinstance(result["usable"], bool) and result["usable"] == result["load"]["usable"]
+  assert len(result["load"]["blocks"]) == 2 * 3 + 2 * 2
+  assert {"cpu_model", "cpu_flags", "cpu_count", "versions"} <= set(result["machine"])
+  for b in result["load"]["blocks"]:
+    assert {"load1_before", "load1_after", "foreign_cores", "own_cores", "wall_s"} <= set(b)
+  if not result["usable"]:
+    assert result["load"]["reasons"] and "UNUSABLE" in proc.stderr
+
+
+HLO = """HloModule jit_train_step, is_scheduled=true
+
+%fused_dot (p0: f32[4,8], p1: f32[8,8]) -> f32[4,8] {
+  %p0 = f32[4,8]{1,0} parameter(0)
+  %p1 = f32[8,8]{1,0} parameter(1)
+  ROOT %dot.1 = f32[4,8]{1,0} dot(%p0, %p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}, metadata={op_name="jit(train_step)/jvp(M)/ffn/dot_general"}
+}
+
+%fused_gelu (p0: f32[4,8]) -> f32[4,8] {
+  %p0 = f32[4,8]{1,0} parameter(0)
+  ROOT %m = f32[4,8]{1,0} multiply(%p0, %p0), metadata={op_name="jit(train_step)/jvp(M)/ffn/erfc"}
+}
+
+%body (t: (u32[4,8], s32[])) -> (u32[4,8], s32[]) {
+  %t = (u32[4,8]{1,0}, s32[]) parameter(0)
+  %g = u32[4,8]{1,0} get-tuple-element(%t), index=0
+  %x = u32[4,8]{1,0} xor(%g, %g), metadata={op_name="jit(train_step)/jvp(M)/Dropout_0/jit(_bernoulli)/jit(_uniform)/while/body/xor"}
+  %i = s32[] get-tuple-element(%t), index=1
+  ROOT %r = (u32[4,8]{1,0}, s32[]) tuple(%x, %i)
+}
+
+%cond (t: (u32[4,8], s32[])) -> pred[] {
+  %t = (u32[4,8]{1,0}, s32[]) parameter(0)
+  ROOT %c = pred[] constant(false)
+}
+
+%fused_adam (p0: f32[8,8]) -> f32[8,8] {
+  %p0 = f32[8,8]{1,0} parameter(0)
+  ROOT %a = f32[8,8]{1,0} add(%p0, %p0), metadata={op_name="jit(train_step)/add"}
+}
+
+%fused_t (p0: f32[8,8]) -> f32[8,8] {
+  %p0 = f32[8,8]{1,0} parameter(0)
+  %tr = f32[8,8]{0,1} transpose(%p0), dimensions={1,0}
+  ROOT %cp = f32[8,8]{1,0} copy(%tr), metadata={op_name="state['frozen']['w']"}
+}
+
+ENTRY %main (x: f32[4,8], w: f32[8,8], s: (u32[4,8], s32[])) -> f32[4,8] {
+  %x = f32[4,8]{1,0} parameter(0), metadata={op_name="x"}
+  %w = f32[8,8]{1,0} parameter(1), metadata={op_name="state['trainable']['LayerNorm']"}
+  %s = (u32[4,8]{1,0}, s32[]) parameter(2)
+  %dot_fusion = f32[4,8]{1,0} fusion(%x, %w), kind=kOutput, calls=%fused_dot
+  %gelu_fusion = f32[4,8]{1,0} fusion(%dot_fusion), kind=kLoop, calls=%fused_gelu
+  %while.3 = (u32[4,8]{1,0}, s32[]) while(%s), condition=%cond, body=%body
+  %adam_fusion = f32[8,8]{1,0} fusion(%w), kind=kLoop, calls=%fused_adam
+  %copy_fusion = f32[8,8]{1,0} fusion(%w), kind=kLoop, calls=%fused_t
+  ROOT %out = f32[4,8]{1,0} add(%gelu_fusion, %gelu_fusion), metadata={op_name="jit(train_step)/transpose(jvp(M))/add"}
+}
+"""
+
+
+def test_profile_classifies_hlo_instructions():
+  import profile_ovqa_step as prof  # pylint: disable=import-outside-toplevel
+  order, top = prof.parse_hlo(HLO)
+  assert order == ["x", "w", "s", "dot_fusion", "gelu_fusion", "while.3", "adam_fusion", "copy_fusion", "out"]
+  kinds = {n: prof.categorize(*top[n]) for n in order}
+  assert kinds["dot_fusion"] == "matmul" and kinds["gelu_fusion"] == "GELU (erf)"
+  assert kinds["while.3"] == "dropout RNG"  # through the while body it calls
+  assert kinds["adam_fusion"] == "optimizer" and kinds["copy_fusion"] == "data movement"
+  assert kinds["out"] == "other elementwise/reduce"
+  assert prof.pass_of(top["out"][1]) == "backward" and prof.pass_of(top["dot_fusion"][1]) == "forward"
+  assert prof.pass_of(top["adam_fusion"][1]) == "optimizer/other"
+  # Overlapping op intervals (two threads) count once in the busy time; shares are of the summed op time.
+  assert prof.union_ns([(0, 10), (5, 10), (30, 5)]) == 20
+  assert prof.shares({"matmul": 3.0, "softmax": 1.0}) == {"matmul": 0.75, "softmax": 0.25}
