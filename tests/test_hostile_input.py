@@ -10,7 +10,6 @@ import shutil
 import subprocess
 import sys
 
-import ml_collections
 import numpy as np
 import pytest
 
@@ -23,13 +22,8 @@ SMALL = os.path.join(REPO, "data", "synthetic_ovqa_small", "records")
 
 def tiny_config(data_dir):
   from configs import ovqa_msrvtt
-  c = ovqa_msrvtt.get_config("demo,small")
+  c = ovqa_msrvtt.get_config("tiny")
   c.data.dir = str(data_dir)
-  c.model.pretrained = ""
-  c.model.tokenizer = "pkg:minilm"
-  c.model.shape = ml_collections.ConfigDict(dict(
-      vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-      max_position_embeddings=64))
   c.verbalizer.variant = "A"
   c.data.eval_splits = ()
   c.total_steps = 1

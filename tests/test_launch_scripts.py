@@ -60,8 +60,8 @@ def test_tpu_pod_dry_run_with_setup_and_missing_count():
   local = [shlex.split(l[len("local: "):]) for l in lines if l.startswith("local: ")]
   assert [c[4] for c in local] == ["scp", "ssh", "ssh"]  # copy, install, train
   assert "pip install -q -e . 'jax[tpu]'" in local[1][-1]
-  out = subprocess.run(["bash", "launch/tpu_pod.sh"], cwd=REPO, capture_output=True, text=True,
-                       env={k: v for k, v in env.items() if k != "NUM_WORKERS"} | {"DRY_RUN": "1", "PATH": "/usr/bin:/bin"})
+  env = {k: v for k, v in env.items() if k != "NUM_WORKERS"} | {"DRY_RUN": "1", "PATH": "/usr/bin:/bin"}
+  out = subprocess.run(["bash", "launch/tpu_pod.sh"], cwd=REPO, capture_output=True, text=True, env=env)
   assert out.returncode != 0 and "NUM_WORKERS" in out.stderr
 
 
