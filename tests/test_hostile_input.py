@@ -18,6 +18,8 @@ from evqa_jax.data import tfrecord
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL = os.path.join(REPO, "data", "synthetic_ovqa_small", "records")
+# Most cases train or start the same tiny config: its compiled steps are reused across tests.
+pytestmark = pytest.mark.usefixtures("persistent_compilation_cache")
 
 
 def tiny_config(data_dir):

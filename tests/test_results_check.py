@@ -19,9 +19,15 @@ PRINTED = {"final_metrics.json": {"eval.test.mAcc": 2, "eval.test.total": 2, "ev
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory):
+def env(tmp_path_factory):
+  """Both trainings share a persistent XLA cache: the rerun computes every number anew but compiles nothing."""
+  return dict(os.environ, PYTHONPATH=REPO, JAX_COMPILATION_CACHE_DIR=str(tmp_path_factory.mktemp("xla_cache")),
+              JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory, env):
   folder = tmp_path_factory.mktemp("results") / "tiny"
-  env = dict(os.environ, PYTHONPATH=REPO)
   out = subprocess.run([sys.executable, "launch/check_results.py", str(folder), "--record",
                         f"--printed={json.dumps(PRINTED)}", "--", *COMMAND], cwd=REPO, env=env,
                        capture_output=True, text=True, timeout=900)
@@ -37,8 +43,7 @@ def test_record_holds_command_commit_and_printed_files(recorded):
   assert final["step"] == 2 and 0.0 <= final["eval"]["test"]["mAcc"] <= 100.0
 
 
-def test_rerun_matches_and_a_changed_digit_is_named(recorded, tmp_path):
-  env = dict(os.environ, PYTHONPATH=REPO)
+def test_rerun_matches_and_a_changed_digit_is_named(recorded, env, tmp_path):
   # The command line reruns the recorded command into a temporary workdir: a second, independent training.
   out = subprocess.run([sys.executable, "launch/check_results.py", str(recorded)], cwd=REPO, env=env,
                        capture_output=True, text=True, timeout=900)
