@@ -8,7 +8,7 @@ import ml_collections
 
 from configs import common
 
-VARIANTS = {"demo", "cvqa", "baseline", "authors_eps", "bf16", "small"}
+VARIANTS = {"demo", "cvqa", "baseline", "authors_eps", "bf16", "small", "tiny"}
 
 # DeBERTa-v2-xlarge shapes (microsoft/deberta-v2-xlarge config.json).
 DEBERTA_V2_XLARGE = dict(
@@ -22,6 +22,8 @@ DEBERTA_V2_XLARGE = dict(
 def ovqa_config(dataset: str, arg, cvqa_topk: int) -> ml_collections.ConfigDict:
   variants = common.parse_variants(arg)
   common.check_variants(variants, VARIANTS, f"configs/ovqa_{dataset}.py")
+  if "tiny" in variants:
+    variants |= {"demo", "small"}
   c = common.base_config()
   c.task = "ovqa"
   c.dataset = dataset
@@ -98,6 +100,15 @@ def ovqa_config(dataset: str, arg, cvqa_topk: int) -> ml_collections.ConfigDict:
     c.checkpoint_every_steps = 2
     c.log_every_steps = 1
     c.data.max_tokens = 32
+  if "tiny" in variants:
+    # The small world with a random 2-layer, 32-wide BERT (MiniLM's tokenizer, no weights): the README's AOT example
+    #   python launch/aot_check.py --config=configs/ovqa_msrvtt.py:tiny --mesh=4x2 --fake_cpu_devices=8
+    # and the cheap runs of the hostile-input tests.
+    c.pretrained.dir = ""
+    c.pretrained.tokenizer = "pkg:minilm"
+    c.pretrained.shape = ml_collections.ConfigDict(dict(
+        vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+        max_position_embeddings=64))
   return c
 
 

@@ -2,8 +2,9 @@
 
   python launch/train.py --config=configs/ovqa_msrvtt.py --workdir=runs/ovqa_msrvtt
 Variants (comma-separated after ':'): demo (built-in synthetic world + MiniLM-L6, a few CPU minutes), cvqa (the
-closed-vocabulary baseline, top-4000 answers), baseline (FrozenBiLM+ without verbalizer), bf16, small (tests).
-authors_eps (base answers at eps = 1, as the authors' code).
+closed-vocabulary baseline, top-4000 answers), baseline (FrozenBiLM+ without verbalizer), bf16, small (tests),
+authors_eps (base answers at eps = 1, as the authors' code), tiny (small with a random 2-layer 32-wide BERT: the
+README's AOT example and cheap tests).
 Expected: the OVQA paper's Table 2 row "FrozenBiLM+ w/ GNN verbalizer" for MSRVTT-QA (per-category B/C/R/U/T/mAcc).
 Demo: README.md holds the table that the README's main command printed.
 """

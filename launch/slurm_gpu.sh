@@ -7,6 +7,9 @@
 # WORKDIR must be on a filesystem every node sees: each process writes its part of every checkpoint, process 0
 # the logs. A requeued job (--requeue, preemption) resumes from the newest complete checkpoint in WORKDIR.
 # Compile-check first on one GPU node:  python launch/aot_check.py --config=CONFIG --mesh=16x1
+# DRY_RUN=1 runs nothing: it prints, for every process srun would start, its node, the SLURM variables from which
+# jax.distributed.initialize() takes its process id and coordinator, and its command. Outside an allocation give the
+# nodes and the job id:  DRY_RUN=1 DRY_RUN_NODES=gpu01,gpu02 SLURM_JOB_ID=1234 bash launch/slurm_gpu.sh CONFIG WORKDIR
 #SBATCH --job-name=evqa-jax
 #SBATCH --nodes=1
 #SBATCH --gpus-per-node=8
@@ -25,6 +28,28 @@ shift 2
 REPO_DIR=${REPO_DIR:-${SLURM_SUBMIT_DIR:-$(pwd)}}
 cd "${REPO_DIR}"
 if [[ -f .venv/bin/activate ]]; then . .venv/bin/activate; fi
+CMD=(python launch/train.py --distributed --config="${CONFIG}" --workdir="${WORKDIR}" "$@")
+
+if [[ "${DRY_RUN:-0}" == "1" ]]; then
+  if [[ -n "${SLURM_JOB_NODELIST:-}" ]]; then
+    mapfile -t nodes < <(scontrol show hostnames "${SLURM_JOB_NODELIST}")
+  else
+    IFS=, read -r -a nodes <<< "${DRY_RUN_NODES:?DRY_RUN=1 outside an allocation needs DRY_RUN_NODES=node1,node2,...}"
+  fi
+  per_node=${SLURM_NTASKS_PER_NODE:-8}  # the #SBATCH default above
+  ntasks=$(( ${#nodes[@]} * per_node ))
+  # jax._src.clusters.slurm_cluster: the first node, port 61440 + job id mod 4096; srun's default block
+  # distribution puts processes [k * per_node, (k + 1) * per_node) on node k.
+  port=$(( 61440 + ${SLURM_JOB_ID:?DRY_RUN=1 needs SLURM_JOB_ID} % 4096 ))
+  echo "local: srun --kill-on-bad-exit=1 --cpu-bind=none $(printf '%q ' "${CMD[@]}")"
+  for ((k = 0; k < ${#nodes[@]}; k++)); do
+    for ((l = 0; l < per_node; l++)); do
+      echo "node ${nodes[k]}: SLURM_PROCID=$(( k * per_node + l )) SLURM_LOCALID=${l} SLURM_NTASKS=${ntasks}" \
+        "coordinator=${nodes[0]}:${port}: $(printf '%q ' "${CMD[@]}")"
+    done
+  done
+  exit 0
+fi
 
 # One GPU per process: the process sees only its own device. Keep XLA from grabbing all host memory for pinned
 # buffers of other processes, and let each process take 90% of its GPU.
@@ -32,5 +57,4 @@ export XLA_PYTHON_CLIENT_MEM_FRACTION=${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.9}
 export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}
 
 echo "job ${SLURM_JOB_ID}: ${SLURM_NTASKS} processes on ${SLURM_JOB_NUM_NODES} node(s): ${SLURM_JOB_NODELIST}"
-srun --kill-on-bad-exit=1 --cpu-bind=none \
-  python launch/train.py --distributed --config="${CONFIG}" --workdir="${WORKDIR}" "$@"
+srun --kill-on-bad-exit=1 --cpu-bind=none "${CMD[@]}"

@@ -10,7 +10,6 @@ import shutil
 import subprocess
 import sys
 
-import ml_collections
 import numpy as np
 import pytest
 
@@ -19,17 +18,14 @@ from evqa_jax.data import tfrecord
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL = os.path.join(REPO, "data", "synthetic_ovqa_small", "records")
+# Most cases train or start the same tiny config: its compiled steps are reused across tests.
+pytestmark = pytest.mark.usefixtures("persistent_compilation_cache")
 
 
 def tiny_config(data_dir):
   from configs import ovqa_msrvtt
-  c = ovqa_msrvtt.get_config("demo,small")
+  c = ovqa_msrvtt.get_config("tiny")
   c.data.dir = str(data_dir)
-  c.pretrained.dir = ""
-  c.pretrained.tokenizer = "pkg:minilm"
-  c.pretrained.shape = ml_collections.ConfigDict(dict(
-      vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-      max_position_embeddings=64))
   c.verbalizer.variant = "A"
   c.data.eval_splits = ()
   c.total_steps = 1
@@ -134,11 +130,19 @@ def test_answer_vocabulary_of_records_and_vocab_json_disagree(data, tmp_path):
   assert "is not in V_train" in msg and "record" in msg and "vocab.json" in msg, msg
 
 
-def test_workdir_of_another_experiment(data, tmp_path):
-  work = tmp_path / "w"
-  result = train(tiny_config(data), work)
+@pytest.fixture(scope="module")
+def trained(world, tmp_path_factory):
+  """A workdir holding the tiny config's 1-step checkpoint; tests work on copies of it."""
+  work = tmp_path_factory.mktemp("trained") / "w"
+  result = train(tiny_config(world), work)
   assert result["step"] == 1 and np.isfinite(result["train"]["loss"])
-  other = tiny_config(data)
+  return work
+
+
+def test_workdir_of_another_experiment(world, trained, tmp_path):
+  work = tmp_path / "w"
+  shutil.copytree(trained, work)
+  other = tiny_config(world)
   other.pretrained.shape.hidden_size = 48
   other.pretrained.shape.intermediate_size = 96
   with pytest.raises(ValueError, match=r"holds a checkpoint of another experiment.*pretrained\.shape\.hidden_size "
@@ -180,3 +184,36 @@ def test_unknown_config_variant_is_named(tmp_path):
   out = _launch("--config=configs/ovqa_msrvtt.py:demo,smal", f"--workdir={tmp_path}")
   assert out.returncode != 0
   assert "smal" in out.stderr and "unknown variant" in out.stderr, out.stderr[-2000:]
+
+
+def test_nan_loss_stops_with_the_step_and_workdir(world, tmp_path):
+  """A diverging run: with lr 1e30, the first Adam step moves every trainable weight by about 1e30, so the loss at
+  step 1 (initial parameters) is finite and the one at step 2 is not. The run stops there, before any checkpoint or
+  history row of step 2 is written."""
+  c = tiny_config(world)
+  c.optim.lr = 1e30
+  c.optim.warmup_fraction = 0.0  # the first update uses the full lr (a warm-up would start it at 0)
+  c.total_steps = 3
+  c.checkpoint_every_steps = 3
+  work = tmp_path / "w"
+  with pytest.raises(FloatingPointError) as e:
+    train(c, work)
+  assert str(e.value) == f"loss is nan at step 2 (workdir {work})"
+  rows = [json.loads(line) for line in (work / "train_history.jsonl").read_text().splitlines()]
+  assert [r["step"] for r in rows] == [1] and np.isfinite(rows[0]["loss"])
+
+
+def test_data_pipeline_changed_under_a_checkpoint(world, trained, tmp_path):
+  """Batch size and seed are not part of the experiment's identity, but the checkpointed data iterator was made for
+  them: resuming with another batch size or seed must stop instead of continuing at a different position."""
+  work = tmp_path / "w"
+  shutil.copytree(trained, work)
+  for field, value in (("batch_size", 16), ("seed", 7)):
+    c = tiny_config(world)
+    c.total_steps = 2
+    setattr(c, field, value)
+    with pytest.raises(ValueError) as e:
+      train(c, work)
+    msg = str(e.value)
+    assert msg.startswith(f"cannot resume from {work}/checkpoints/1: "), (field, msg)
+    assert "the checkpointed data pipeline differs from the one being restored" in msg, (field, msg)

@@ -171,23 +171,28 @@ def test_seeds_and_only_give_mean_and_std(tmp_path, config_path, monkeypatch):
     calls.append(os.path.basename(workdir))
     overrides = {"verbalizer.eps": eps, "seed": seed}
     _write_run(workdir, sweep_lib.point_config(module, None, {"name": "", "overrides": overrides}), eps)
-    # Make the result seed-dependent: base = 90 + eps + (seed - 1), so seeds 1 and 3 differ by 2.
+    # Make the result seed-dependent: base = 90 + eps + (seed - 1).
     with open(os.path.join(workdir, "final_metrics.json"), "w") as f:
       json.dump({"eval": {"test": {"base": 90.0 + eps + seed - 1, "mAcc": 50.0 - 10.0 * eps}}}, f)
     return subprocess.CompletedProcess(cmd, 0)
 
   monkeypatch.setattr(sweep_lib, "_run_point", fake_run)
   workdir = str(tmp_path / "seeds")
-  table = sweep_lib.run_sweep(config_path, "eps", workdir, only=["eps_1.0", "eps_0.0"], seeds=[1, 3])
-  assert calls == ["eps_1.0_seed1", "eps_1.0_seed3", "eps_0.0_seed1", "eps_0.0_seed3"]
+  table = sweep_lib.run_sweep(config_path, "eps", workdir, only=["eps_1.0", "eps_0.0"], seeds=[1, 3, 4])
+  assert calls == [f"eps_{e}_seed{s}" for e in ("1.0", "0.0") for s in (1, 3, 4)]
   (r1, r0) = table["rows"]
-  assert (r1["name"], r1["n"], r1["B"], r1["B_std"], r1["M_std"]) == ("eps_1.0", 2, 92.0, 1.0, 0.0)
-  assert (r0["name"], r0["B"]) == ("eps_0.0", 91.0)
+  # eps 1.0: base 91, 93, 94 -> mean 92.667; squared deviations 25/9 + 1/9 + 16/9 = 42/9; sample std
+  # sqrt(42/9 / 2) = sqrt(7/3) = 1.5275 (the population std, sqrt(42/9 / 3) = 1.2472, would print 1.25).
+  assert (r1["name"], r1["n"], r1["M_std"]) == ("eps_1.0", 3, 0.0)
+  assert r1["B"] == pytest.approx(278 / 3) and r1["B_std"] == pytest.approx((7 / 3) ** 0.5)
+  assert (r0["name"], r0["B"], r0["B_std"]) == ("eps_0.0", pytest.approx(275 / 3), pytest.approx((7 / 3) ** 0.5))
   with open(os.path.join(workdir, "eps.csv")) as f:
     rows = list(csv.reader(f))
   assert rows[0] == ["point", "seeds", "B", "B_std", "M", "M_std"]
-  assert rows[1] == ["eps_1.0", "2", "92.00", "1.00", "40.00", "0.00"]
-  assert "| eps_0.0 | 2 | 91.00 ± 1.00 | 50.00 ± 0.00 |" in open(os.path.join(workdir, "eps.md")).read()
+  assert rows[1] == ["eps_1.0", "3", "92.67", "1.53", "40.00", "0.00"]
+  md = open(os.path.join(workdir, "eps.md")).read()
+  assert md.startswith("test split, mean ± sample std (ddof 1) over seeds\n")
+  assert "| eps_0.0 | 3 | 91.67 ± 1.53 | 50.00 ± 0.00 |" in md
   assert os.path.exists(os.path.join(workdir, "eps.png"))
   with pytest.raises(ValueError, match=r"unknown sweep points \['eps_0.5'\]"):
     sweep_lib.run_sweep(config_path, "eps", workdir, only=["eps_0.5"])

@@ -15,6 +15,8 @@ import textwrap
 
 import pytest
 
+import device_parity
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 3
 CONFIG = textwrap.dedent(f"""
@@ -39,21 +41,13 @@ def _load_config(path, arg):
   return module.get_config(arg)
 
 
-def _history(workdir):
-  with open(os.path.join(workdir, "train_history.jsonl")) as f:
-    return [json.loads(line) for line in f]
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
   root = tmp_path_factory.mktemp("train_ovqa")
   cfg = root / "ovqa_demo_small.py"
   cfg.write_text(CONFIG)
   one = str(root / "one_device")
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1", PYTHONPATH=REPO)
-  ref = subprocess.Popen([sys.executable, os.path.join(REPO, "launch/train.py"), f"--config={cfg}:one",
-                          f"--workdir={one}"], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         text=True)
+  ref = device_parity.start_one_device_run(f"{cfg}:one", one)
   import jax
   from data_prep import worlds
   from evqa_jax.train import train_and_evaluate
@@ -67,14 +61,13 @@ def runs(tmp_path_factory):
     result = train_and_evaluate(config, eight)
   finally:
     os.chdir(cwd)
-  out = ref.communicate(timeout=600)[0]
-  assert ref.returncode == 0, out[-4000:]
-  return {"one": one, "eight": eight, "result": result, "ref_out": out}
+  device_parity.finish(ref)
+  return {"one": one, "eight": eight, "result": result}
 
 
 def test_train_and_evaluate_gives_real_numbers(runs):
   result, eight = runs["result"], runs["eight"]
-  history = _history(eight)
+  history = device_parity.history(eight)
   assert [r["step"] for r in history] == list(range(1, STEPS + 1))
   for row in history:
     assert math.isfinite(row["loss"]) and row["loss"] > 0 and math.isfinite(row["grad_norm"])
@@ -112,10 +105,4 @@ def test_train_and_evaluate_gives_real_numbers(runs):
 
 
 def test_one_device_and_eight_devices_give_the_same_loss_curve(runs):
-  h1, h8 = _history(runs["one"]), _history(runs["eight"])
-  assert "{'data': 1, 'model': 1}" in runs["ref_out"]
-  assert len(h1) == len(h8) == STEPS
-  for a, b in zip(h1, h8):
-    for key in ("loss", "grad_norm", "accuracy"):
-      assert abs(a[key] - b[key]) <= 1e-5 * max(1.0, abs(a[key])), (a["step"], key, a[key], b[key])
-  assert h1[0]["loss"] != h1[-1]["loss"]  # the parameters moved between steps
+  device_parity.assert_same_loss_curve(runs["one"], runs["eight"], STEPS, keys=("loss", "grad_norm", "accuracy"))

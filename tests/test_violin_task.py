@@ -31,21 +31,9 @@ from evqa_jax.projects.violin import input as violin_input  # noqa: E402
 from evqa_jax.projects.violin import task as violin_task  # noqa: E402
 from evqa_jax.train import partition, sharding, steps as steps_lib, train_and_evaluate  # noqa: E402
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def compilation_cache(tmp_path_factory):
-  """A persistent XLA cache for this module: the resume and sharding runs recompile identical train steps."""
-  from jax.experimental.compilation_cache import compilation_cache as cc
-  old = (jax.config.jax_compilation_cache_dir, jax.config.jax_persistent_cache_min_compile_time_secs)
-  cc.reset_cache()
-  jax.config.update("jax_compilation_cache_dir", str(tmp_path_factory.mktemp("xla_cache")))
-  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-  yield
-  jax.config.update("jax_compilation_cache_dir", old[0])
-  jax.config.update("jax_persistent_cache_min_compile_time_secs", old[1])
-  cc.reset_cache()
+# The resume and sharding runs recompile identical train steps: a persistent XLA cache for this module.
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+              pytest.mark.usefixtures("persistent_compilation_cache")]
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,7 @@ experiment.
 
 import csv
 import json
+import math
 import os
 import shlex
 import shutil
@@ -183,8 +184,9 @@ def run_sweep(config_path: str, sweep_name: str, workdir: str, mode: str = "loca
 def write_table(sweep: dict, sweep_name: str, workdir: str) -> dict:
   """Reads every point's final metrics; writes `<sweep>.csv`, `.md` and (numeric x) `.png`.
 
-  Points sharing a `group` (one per seed) become one row: the mean, with the standard deviation over them (ddof 0)
-  in the CSV's `<column>_std` columns, as `mean ± std` in the Markdown and as error bars in the plot.
+  Points sharing a `group` (one per seed) become one row: the mean, with the sample standard deviation over them
+  (ddof 1: with 3 seeds the population std would understate the spread by sqrt(3/2); NaN for a single run) in the
+  CSV's `<column>_std` columns, as `mean ± std` in the Markdown and as error bars in the plot.
   """
   split = sweep["split"]
   titles = [t for _, t in sweep["columns"]]
@@ -204,7 +206,7 @@ def write_table(sweep: dict, sweep_name: str, workdir: str) -> dict:
       vals = [v[t] for v in g["values"]]
       mean = sum(vals) / len(vals)
       row[t] = mean
-      row[f"{t}_std"] = (sum((v - mean) ** 2 for v in vals) / len(vals)) ** 0.5
+      row[f"{t}_std"] = (sum((v - mean) ** 2 for v in vals) / (len(vals) - 1)) ** 0.5 if len(vals) > 1 else math.nan
     rows.append(row)
   multi = any(r["n"] > 1 for r in rows)
 
@@ -221,7 +223,8 @@ def write_table(sweep: dict, sweep_name: str, workdir: str) -> dict:
         for r in rows:
           w.writerow([r["name"]] + [f"{r[t]:.2f}" for t in titles])
   if multi:
-    md = ["| point | seeds | " + " | ".join(titles) + " |", "|---|---|" + "---|" * len(titles)]
+    md = [f"{split} split, mean ± sample std (ddof 1) over seeds", "",
+          "| point | seeds | " + " | ".join(titles) + " |", "|---|---|" + "---|" * len(titles)]
     md += ["| " + r["name"] + f" | {r['n']} | " + " | ".join(f"{r[t]:.2f} ± {r[t + '_std']:.2f}" for t in titles)
            + " |" for r in rows]
   else:
@@ -245,7 +248,7 @@ def write_table(sweep: dict, sweep_name: str, workdir: str) -> dict:
         ax.plot(xs, [r[t] for r in numeric], marker="o", label=t)
     ax.set_xlabel(sweep["x_label"])
     ax.set_ylabel("accuracy (%)")
-    seeds = f", mean ± std over {max(r['n'] for r in rows)} seeds" if multi else ""
+    seeds = f", mean ± sample std over {max(r['n'] for r in rows)} seeds" if multi else ""
     ax.set_title(f"{sweep_name} sweep ({split}{seeds})")
     ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
     ax.grid(alpha=0.3)
