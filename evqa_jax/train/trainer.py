@@ -48,7 +48,8 @@ def _config_identity(config) -> dict:
     node = config
     for part in key.split("."):
       node = node[part]
-    out[key] = json.loads(node.to_json()) if hasattr(node, "to_json") else node
+    # Through JSON either way: the identity is compared with the one read back from a checkpoint (tuples -> lists).
+    out[key] = json.loads(node.to_json()) if hasattr(node, "to_json") else json.loads(json.dumps(node))
   return out
 
 
