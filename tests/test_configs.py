@@ -94,3 +94,14 @@ def test_model_keys_are_the_model_fields(path):
       cls = getattr(model_module, "model_class", lambda c: model_module.Model)(config)
       fields = {f.name for f in dataclasses.fields(cls)} - {"parent", "name"}
       assert set(config.model) <= fields, (path, combo, sorted(set(config.model) - fields))
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=os.path.basename)
+def test_experiment_identity_survives_a_json_round_trip(path):
+  """A resumed run compares its identity with the one read back from the checkpoint's JSON: tuple-valued entries
+  (config.trainable) must not read as a different experiment."""
+  import json
+  from evqa_jax.train import trainer
+  identity = trainer._config_identity(_load(path).get_config())
+  assert "trainable" in identity and "pretrained" in identity
+  assert trainer._identity_diffs(identity, json.loads(json.dumps(identity))) == []
