@@ -255,3 +255,9 @@ def loads_json(text: str, path: str, what: str = "file"):
 def load_json(path: str, what: str = "file"):
   """A JSON input file: UTF-8, strict numbers; every error names the file (and line, field where known)."""
   return loads_json(read_text(path, what), path, what)
+
+
+def text_stream(path: str, what: str = "file"):
+  """The file as a text stream for csv / pandas readers (UTF-8 checked by `read_text`, newlines kept as written)."""
+  import io as std_io  # pylint: disable=g-import-not-at-top
+  return std_io.StringIO(read_text(path, what), newline="")

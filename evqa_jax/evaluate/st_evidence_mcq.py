@@ -23,10 +23,10 @@ Output (percent): qa, temporal, spatial, pooled (all three right), plus num_entr
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any, Optional, Sequence
 
+from evqa_jax import cli
 from evqa_jax import io
 from evqa_jax.evaluate import json_safe, load_json_object
 from evqa_jax.metrics import st_evidence as st
@@ -120,4 +120,4 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
 
 
 if __name__ == "__main__":
-  main(sys.argv[1:])
+  sys.exit(cli.run(main))

@@ -21,11 +21,11 @@ Output: {"accuracy": percent pooled over the scored splits, "num_statements", "n
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from typing import Any, Optional, Sequence
 
+from evqa_jax import cli
 from evqa_jax import io
 from evqa_jax.evaluate import json_safe, load_json_object
 from evqa_jax.metrics import violin as violin_lib
@@ -96,4 +96,4 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
 
 
 if __name__ == "__main__":
-  main(sys.argv[1:])
+  sys.exit(cli.run(main))
