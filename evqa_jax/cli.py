@@ -26,9 +26,11 @@ def one_line(e: BaseException) -> str:
 
 
 def strip_verbose(argv: Sequence[str]) -> tuple[list, bool]:
+  """(argv without --verbose, whether it was there); arguments after "--" belong to a child command, untouched."""
   argv = list(argv)
-  verbose = VERBOSE_FLAG in argv
-  return [a for a in argv if a != VERBOSE_FLAG], verbose
+  end = argv.index("--") if "--" in argv else len(argv)
+  verbose = VERBOSE_FLAG in argv[:end]
+  return [a for a in argv[:end] if a != VERBOSE_FLAG] + argv[end:], verbose
 
 
 def run(main: Callable, argv: Optional[Sequence[str]] = None) -> int:
@@ -45,3 +47,10 @@ def run(main: Callable, argv: Optional[Sequence[str]] = None) -> int:
     print(f"error: {one_line(e)} (rerun with {VERBOSE_FLAG} for the traceback)", file=sys.stderr)
     return EXIT_BAD_INPUT
   return status if isinstance(status, int) else 0
+
+
+def run_absl(main: Callable, argv: Optional[Sequence[str]] = None) -> int:
+  """`run` for an absl entry point (`app.run(main)`): flags parsed by absl, errors as in `run`."""
+  from absl import app  # pylint: disable=g-import-not-at-top
+  argv = list(sys.argv if argv is None else argv)
+  return run(lambda rest: app.run(main, argv=[argv[0], *rest]), argv[1:])
