@@ -23,6 +23,9 @@ def base_config() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.task = ""
   c.seed = 42
+  # UNSAFE when True: input files holding pickled Python objects (e.g. a FrozenBiLM checkpoint that pickles more than
+  # tensors and an argparse Namespace) are unpickled, which runs code from the file. Only for files you trust.
+  c.trust_pickles = False
   c.batch_size = 32
   c.eval_batch_size = 64
 

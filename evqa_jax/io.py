@@ -153,8 +153,9 @@ def torch_load(path: str, trust_pickles: bool = False, safe_globals=()):
   import torch  # pylint: disable=g-import-not-at-top
   if trust_pickles:
     return torch.load(path, map_location="cpu", weights_only=False)
+  allow = getattr(torch.serialization, "safe_globals", None)  # torch >= 2.5; older ones allow no extra class
   try:
-    with torch.serialization.safe_globals(list(safe_globals)):
+    with (allow(list(safe_globals)) if allow and safe_globals else contextlib.nullcontext()):
       return torch.load(path, map_location="cpu", weights_only=True)
   except Exception as e:  # torch raises pickle.UnpicklingError (or RuntimeError in old versions) for refused globals
     if "weights_only" in str(e) or "Unsupported global" in str(e) or "Unsupported operand" in str(e):

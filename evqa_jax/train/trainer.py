@@ -33,7 +33,7 @@ import orbax.checkpoint as ocp
 from evqa_jax import io as io_lib
 from evqa_jax import tasks as tasks_lib
 from evqa_jax.data import pipeline
-from evqa_jax.train import durations, partition, sharding
+from evqa_jax.train import durations, partition, safeguards, sharding
 from evqa_jax.train import writers as writers_lib
 
 # Config entries that must match between a workdir's checkpoint and the config resuming from it.
@@ -213,14 +213,16 @@ class CheckpointMismatchError(ValueError):
 
 
 def save_checkpoint(mngr: ocp.CheckpointManager, step: int, state, train_iter, identity: dict) -> None:
+  checksums = safeguards.state_checksums(state)  # verified on restore: damaged array data is not used silently
   mngr.save(step, args=ocp.args.Composite(
       state=ocp.args.StandardSave(state), data=pipeline.checkpoint_args_save(train_iter),
-      meta=ocp.args.JsonSave({"step": int(step), "identity": identity})))
+      meta=ocp.args.JsonSave({"step": int(step), "identity": identity, "checksums": checksums})))
 
 
 def _restore_step(mngr, step: int, state, train_iter, identity: dict):
   """Restores `step` into (state, train_iter). The state is read first: a damaged state never touches the iterator."""
   step_dir = os.path.join(os.fspath(mngr.directory), str(step))
+  meta = {}
   if os.path.isdir(os.path.join(step_dir, "meta")):
     meta = mngr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
     if not isinstance(meta, dict) or "identity" not in meta:
@@ -231,6 +233,7 @@ def _restore_step(mngr, step: int, state, train_iter, identity: dict):
           f"checkpoint {step_dir} was written by another experiment; it differs in {'; '.join(diffs)}. "
           "Use a new --workdir or delete that one")
   restored = mngr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(_abstract(state))))
+  safeguards.verify_checksums(restored["state"], meta.get("checksums"), step_dir)
   try:
     mngr.restore(step, args=ocp.args.Composite(data=pipeline.checkpoint_args_restore(train_iter)))
   except ValueError as e:
@@ -405,9 +408,16 @@ def _check_eval_splits(task, config) -> None:
 
 
 def train_and_evaluate(config, workdir: str) -> dict:
-  """Trains `config.task` in `workdir`, evaluating every `eval_every_steps` and at the end. Returns the last metrics."""
+  """Trains `config.task` in `workdir`, evaluating every `eval_every_steps` and at the end. Returns the last metrics.
+
+  One run per workdir at a time (safeguards.workdir_lock)."""
   workdir = os.path.abspath(workdir)
   os.makedirs(workdir, exist_ok=True)
+  with safeguards.workdir_lock(workdir):
+    return _train_and_evaluate(config, workdir)
+
+
+def _train_and_evaluate(config, workdir: str) -> dict:
   _check_workdir(config, workdir)
   identity = _config_identity(config)
   is_main = jax.process_index() == 0
@@ -471,9 +481,33 @@ def train_and_evaluate(config, workdir: str) -> dict:
   eval_aux_dev = {}
   progress = writers_lib.Progress(total_steps, start_step)
   last_metrics = {}
-  last_row = {}
+  # A resumed run starts from what the workdir holds: its last logged row, and the evaluations of the restored step
+  # (redone below when a kill interrupted them), so final_metrics.json equals an uninterrupted run's.
+  last_row = safeguards.last_history_row(history.path) if start_step else {}
   step = start_step
+
+  def run_evals(step, reuse=False):
+    for split in config.data.eval_splits:
+      done = safeguards.completed_eval(workdir, split, step) if reuse else None
+      if done is not None:
+        last_metrics[split] = done
+        continue
+      if split not in eval_aux_dev:
+        eval_aux_dev[split] = put_aux(task.aux_inputs(split))
+      out_dir = os.path.join(workdir, "eval", f"{split}_step{step}")
+      t0 = time.time()
+      results = evaluate_split(task, steps, state, eval_aux_dev[split], split, config, batch_shard, out_dir)
+      if is_main:
+        scalars = {f"{split}/{k}": v for k, v in results.items() if isinstance(v, (int, float))}
+        writer.write_scalars(step, scalars)
+        io_lib.write_json(os.path.join(workdir, "eval", f"{split}_metrics.json"), {"step": step, **results})
+        print(writers_lib.format_metrics(f"eval {split} @ step {step} ({time.time() - t0:.1f}s)", results),
+              flush=True)
+        last_metrics[split] = results
+
   with steps.context():
+    if start_step and (start_step % eval_every == 0 or start_step == total_steps):
+      run_evals(start_step, reuse=True)
     while step < total_steps:
       local = next(train_iter)
       batch = sharding.global_batch(local, batch_shard)
@@ -491,19 +525,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
       if step % ckpt_every == 0 or step == total_steps:
         save_checkpoint(mngr, step, state, train_iter, identity)
       if step % eval_every == 0 or step == total_steps:
-        for split in config.data.eval_splits:
-          if split not in eval_aux_dev:
-            eval_aux_dev[split] = put_aux(task.aux_inputs(split))
-          out_dir = os.path.join(workdir, "eval", f"{split}_step{step}")
-          t0 = time.time()
-          results = evaluate_split(task, steps, state, eval_aux_dev[split], split, config, batch_shard, out_dir)
-          if is_main:
-            scalars = {f"{split}/{k}": v for k, v in results.items() if isinstance(v, (int, float))}
-            writer.write_scalars(step, scalars)
-            io_lib.write_json(os.path.join(workdir, "eval", f"{split}_metrics.json"), {"step": step, **results})
-            print(writers_lib.format_metrics(f"eval {split} @ step {step} ({time.time() - t0:.1f}s)", results),
-                  flush=True)
-            last_metrics[split] = results
+        run_evals(step)
   mngr.wait_until_finished()
   mngr.close()
   train_iter.close()
