@@ -306,3 +306,98 @@ def test_short_index_is_an_error_naming_the_file(tmp_path):
     f.truncate(8)  # one record of three
   with pytest.raises(ValueError, match=r"\.idx lists 1 records but .*metadata\.json says shard .* holds 3"):
     TFRecordDataSource.from_split(str(tmp_path), "train")
+
+
+# ------------------------------------------------------------------------------------ 4abc. training safeguards
+
+from test_hostile_input import tiny_config, train, world  # noqa: E402,F401  (the small world and 2-layer BERT)
+import test_resume  # noqa: E402
+
+
+def test_second_run_in_a_workdir_is_refused(world, tmp_path):
+  from evqa_jax.train import safeguards
+  with safeguards.workdir_lock(str(tmp_path)):  # a run in progress
+    with pytest.raises(RuntimeError, match=f"workdir {tmp_path} is in use by another training run .*pid {os.getpid()}"):
+      train(tiny_config(world), tmp_path)
+  assert not os.path.exists(tmp_path / "checkpoints")
+
+
+def _flip_silently(ckpt_state_dir, workdir):
+  """Flips one byte inside the array data of a checkpoint at a place where Orbax still reads it back (the data
+  is compressed: most flips break decompression, which was already detected); returns the array path it changed."""
+  import glob
+  import jax
+  from evqa_jax.train.trainer import load_checkpoint_arrays
+  _, before = load_checkpoint_arrays(workdir)
+  before = {jax.tree_util.keystr(p): np.asarray(v) for p, v in jax.tree_util.tree_leaves_with_path(before)}
+  data = max(glob.glob(os.path.join(ckpt_state_dir, "ocdbt.process_0", "d", "*")), key=os.path.getsize)
+  size = os.path.getsize(data)
+  for pos in range(size // 2, size, 997):
+    with open(data, "r+b") as f:
+      f.seek(pos)
+      byte = f.read(1)
+      f.seek(pos)
+      f.write(bytes([byte[0] ^ 0x40]))
+    try:
+      _, after = load_checkpoint_arrays(workdir)
+    except Exception:  # pylint: disable=broad-except  (this flip is caught by decompression: try another)
+      after = None
+    if after is not None:
+      changed = [jax.tree_util.keystr(p) for p, v in jax.tree_util.tree_leaves_with_path(after)
+                 if not np.array_equal(np.asarray(v), before[jax.tree_util.keystr(p)], equal_nan=True)]
+      if changed:
+        return changed[0]
+    with open(data, "r+b") as f:
+      f.seek(pos)
+      f.write(byte)
+  raise AssertionError(f"no silent flip found in {data}")
+
+
+def test_flipped_byte_in_checkpoint_array_data_is_a_damaged_checkpoint(world, tmp_path, capsys):
+  c = tiny_config(world)
+  ref = tmp_path / "ref"
+  train(c, ref)
+  work = tmp_path / "work"
+  import shutil
+  shutil.copytree(ref, work)
+  changed = _flip_silently(str(work / "checkpoints" / "1" / "state"), str(work))
+  capsys.readouterr()
+  train(c, work)
+  out = capsys.readouterr().out
+  assert "checkpoints/1 is damaged or incomplete (ChecksumMismatchError" in out and changed in out, out[-3000:]
+  assert "Resumed from" not in out  # no older checkpoint: trained again from scratch, to the same weights
+  assert [n.split(".")[0] for n in os.listdir(work / "checkpoints_damaged")] == ["1"]
+  a, b = test_resume._final_state(str(ref)), test_resume._final_state(str(work))
+  for k in a[1]:
+    np.testing.assert_array_equal(b[1][k], a[1][k], err_msg=k)
+
+
+EVAL_CONFIG = test_resume.TINY_CONFIG.replace("c.data.eval_splits = ()", 'c.data.eval_splits = ("test",)')
+
+
+def test_kill_during_final_evaluation_then_rerun_gives_the_uninterrupted_metrics(tmp_path):
+  import signal
+  import time
+  assert EVAL_CONFIG != test_resume.TINY_CONFIG
+  cfg = tmp_path / "tiny_eval.py"
+  cfg.write_text(EVAL_CONFIG)
+  ref, work = str(tmp_path / "ref"), str(tmp_path / "killed")
+  ref_proc = test_resume._start(str(cfg), ref)
+  proc = test_resume._start(str(cfg), work)
+  last = os.path.join(work, "checkpoints", str(test_resume.TOTAL_STEPS))
+  deadline = time.monotonic() + 400
+  while not os.path.isdir(last) and proc.poll() is None and time.monotonic() < deadline:
+    time.sleep(0.02)
+  assert proc.poll() is None, proc.communicate()[0][-3000:]
+  os.kill(proc.pid, signal.SIGKILL)  # the final checkpoint is written; the final evaluation is under way
+  proc.communicate(timeout=60)
+  assert not os.path.exists(os.path.join(work, "eval", "test_metrics.json"))
+  test_resume._finish(test_resume._start(str(cfg), work), "the rerun")
+  test_resume._finish(ref_proc, "the uninterrupted run")
+  expected = test_resume._read(os.path.join(ref, "final_metrics.json"))
+  final = json.loads(expected)
+  assert final["eval"]["test"] and final["train"]["step"] == test_resume.TOTAL_STEPS
+  assert test_resume._read(os.path.join(work, "final_metrics.json")) == expected
+  # Rerunning a finished workdir keeps its results.
+  out = test_resume._finish(test_resume._start(str(cfg), ref), "the rerun of the finished workdir")
+  assert test_resume._read(os.path.join(ref, "final_metrics.json")) == expected, out[-2000:]
