@@ -392,12 +392,13 @@ def test_kill_during_final_evaluation_then_rerun_gives_the_uninterrupted_metrics
   os.kill(proc.pid, signal.SIGKILL)  # the final checkpoint is written; the final evaluation is under way
   proc.communicate(timeout=60)
   assert not os.path.exists(os.path.join(work, "eval", "test_metrics.json"))
-  test_resume._finish(test_resume._start(str(cfg), work), "the rerun")
+  rerun = test_resume._start(str(cfg), work)
   test_resume._finish(ref_proc, "the uninterrupted run")
   expected = test_resume._read(os.path.join(ref, "final_metrics.json"))
   final = json.loads(expected)
   assert final["eval"]["test"] and final["train"]["step"] == test_resume.TOTAL_STEPS
+  finished_rerun = test_resume._start(str(cfg), ref)  # rerunning a finished workdir keeps its results
+  test_resume._finish(rerun, "the rerun after the kill")
   assert test_resume._read(os.path.join(work, "final_metrics.json")) == expected
-  # Rerunning a finished workdir keeps its results.
-  out = test_resume._finish(test_resume._start(str(cfg), ref), "the rerun of the finished workdir")
+  out = test_resume._finish(finished_rerun, "the rerun of the finished workdir")
   assert test_resume._read(os.path.join(ref, "final_metrics.json")) == expected, out[-2000:]
