@@ -153,10 +153,15 @@ def _as_segments(value: Any) -> np.ndarray | None:
   segs = []
   for seg in value:
     if (not isinstance(seg, (list, tuple)) or len(seg) != 2
-        or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in seg)
-        or seg[0] < 0 or seg[1] < seg[0]):
+        or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in seg)):
       return None
-    segs.append([float(seg[0]), float(seg[1])])
+    try:
+      s, e = float(seg[0]), float(seg[1])
+    except OverflowError:  # an integer beyond float range
+      return None
+    if not (math.isfinite(s) and math.isfinite(e)) or s < 0 or e < s:
+      return None
+    segs.append([s, e])
   return np.asarray(segs, np.float32).reshape(-1, 2)
 
 

@@ -104,10 +104,11 @@ def test_torch_checkpoints_never_run_code(tmp_path, capsys):
   code, err = _run(ovqa.main, ["--csv-dir", raw, "--features", evil, "--out", tmp_path / "out", "--feature-dim", DIM,
                                "--num-frames", 2], capsys)
   _one_line_error(code, err, "clipvitl14.pth", "pickled")
+  from evqa_jax.models import deberta_v2
   ckpt = tmp_path / "frozenbilm.pth"
   torch.save({"model": {"w": torch.ones(2)}, "args": argparse.Namespace(lr=1.0), "evil": _Payload(marker)}, ckpt)
-  with pytest.raises(evqa_io.UnsafeInputError, match="frozenbilm.pth"):
-    hf_utils.read_checkpoint(str(ckpt), safe_globals=(argparse.Namespace,))
+  with pytest.raises(evqa_io.UnsafeInputError, match="frozenbilm.pth"):  # what config.model.init_from calls
+    deberta_v2.load_frozenbilm_checkpoint(deberta_v2.DebertaV2Config(), str(ckpt))
   assert not marker.exists()
   # FrozenBiLM's layout (tensors + an argparse Namespace) loads without the trust switch.
   torch.save({"model": {"w": torch.ones(2)}, "args": argparse.Namespace(lr=1.0)}, ckpt)
@@ -265,6 +266,14 @@ def test_non_utf8_and_overflowing_numbers_end_in_one_line(tmp_path, capsys):
   code, err = _run(violin_eval.main, ["--gt", tmp_path / "ann.json", "--pred", tmp_path / "pred.json",
                                       "--out", tmp_path / "m.json"], capsys)
   _one_line_error(code, err, "pred.json", "line 1", "not UTF-8")
+  from evqa_jax.evaluate import st_evidence as st_eval
+  with open(tmp_path / "gt.csv", "w", newline="") as f:  # an integer beyond float range in a CSV cell
+    csv.writer(f).writerows([["entry_id", "candidates", "answer", "segment"], ["e0", "['a', 'b']", "a",
+                                                                             "[[0, 1" + "0" * 400 + "]]"]])
+  (tmp_path / "p.json").write_text("{}")
+  code, err = _run(st_eval.main, ["--gt-csv", tmp_path / "gt.csv", "--gt-masks", tmp_path, "--pred",
+                                  tmp_path / "p.json", "--pred-masks", tmp_path, "--out", tmp_path / "m.json"], capsys)
+  _one_line_error(code, err, "gt.csv line 2", "non-finite")
   (tmp_path / "pred.json").write_text('{"c0": [[0.5, 1e999]]}')
   with pytest.raises(ValueError, match="1e999"):  # --verbose: the exception itself, with its traceback
     cli.run(violin_eval.main, ["--gt", str(tmp_path / "ann.json"), "--pred", str(tmp_path / "pred.json"),

@@ -77,7 +77,10 @@ def parse_segments(value: Any, where: str = "segments") -> list[tuple[float, flo
     if not isinstance(seg, (list, tuple)) or len(seg) != 2 or not all(
         isinstance(x, (int, float)) and not isinstance(x, bool) for x in seg):
       raise ValueError(f"{where}: segment {seg!r} is not a [start, end] pair of numbers (in {value!r})")
-    s, e = float(seg[0]), float(seg[1])
+    try:
+      s, e = float(seg[0]), float(seg[1])
+    except OverflowError:  # an integer beyond float range
+      s = e = math.inf
     if not (math.isfinite(s) and math.isfinite(e)):
       raise ValueError(f"{where}: segment {seg!r} has a non-finite time")
     if e < s:
