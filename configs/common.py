@@ -27,6 +27,9 @@ def base_config() -> ml_collections.ConfigDict:
   # drawn several times faster, but the fused step rounds differently in the last bits, and the README's demo
   # results were trained without it.
   c.unrolled_cpu_threefry = False
+  # UNSAFE when True: input files holding pickled Python objects (e.g. a FrozenBiLM checkpoint that pickles more than
+  # tensors and an argparse Namespace) are unpickled, which runs code from the file. Only for files you trust.
+  c.trust_pickles = False
   c.batch_size = 32
   c.eval_batch_size = 64
 

@@ -7,25 +7,24 @@ DIR/graph_train.npz and DIR/graph_test.npz (see evqa_jax.graphs.answer_graph), p
 """
 
 import argparse
-import json
 import os
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from evqa_jax import cli  # noqa: E402
+from evqa_jax import io as evqa_io  # noqa: E402
 from evqa_jax.graphs import answer_graph  # noqa: E402
 from evqa_jax.graphs import word_vectors  # noqa: E402
 
 
 def read_vocab(path: str) -> dict:
-  try:
-    with open(path) as f:
-      vocab = json.load(f)
-  except FileNotFoundError as e:
-    raise FileNotFoundError(f"{path}: no answer vocabulary (run the OVQA converter first)") from e
-  except json.JSONDecodeError as e:
-    raise ValueError(f"{path}: not valid JSON: {e}") from e
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"{path}: no answer vocabulary (run the OVQA converter first)")
+  vocab = evqa_io.load_json(path, "answer vocabulary")
+  if not isinstance(vocab, dict):
+    raise ValueError(f"{path}: expected a JSON object with vocab_train and vocab_test")
   for key in ("vocab_train", "vocab_test"):
     if not isinstance(vocab.get(key), list) or not vocab[key]:
       raise ValueError(f"{path}: field {key!r} must be a non-empty list of answer strings")
@@ -64,4 +63,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-  main()
+  sys.exit(cli.run(main))

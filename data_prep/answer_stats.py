@@ -14,12 +14,14 @@ answers verbatim, as the evaluator reads them) and prints, per category (base >=
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import sys
 from typing import Sequence
 
 import pandas as pd
 
+from evqa_jax import cli
 from evqa_jax import io as evqa_io
 from evqa_jax.metrics import ovqa as ovqa_metrics
 
@@ -44,7 +46,7 @@ def table1(train_answers: Sequence[str], test_answers: Sequence[str]) -> dict:
 def _answers(path: str) -> list[str]:
   if not os.path.exists(path):
     raise FileNotFoundError(f"{path} does not exist (answer_stats reads a converted directory's train.csv/test.csv)")
-  df = pd.read_csv(path, dtype=str, keep_default_na=False)
+  df = pd.read_csv(io.StringIO(evqa_io.read_text(path, "CSV file")), dtype=str, keep_default_na=False)
   if "answer" not in df.columns:
     raise ValueError(f"{path}: no 'answer' column (columns: {list(df.columns)})")
   return df["answer"].tolist()
@@ -71,11 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("data_dir", help="converted OVQA directory (holds train.csv and test.csv)")
   parser.add_argument("--json", default=None, help="also write the table as JSON here")
   args = parser.parse_args(argv)
-  try:
-    t = table1_from_dir(args.data_dir)
-  except (FileNotFoundError, ValueError) as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 1
+  t = table1_from_dir(args.data_dir)
   print(format_table1(t))
   if args.json:
     evqa_io.write_json(args.json, t)
@@ -83,4 +81,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  sys.exit(cli.run(main))

@@ -4,7 +4,8 @@ A feature dict maps video_id -> array [T_video, dim] (OVQA: float16 CLIP ViT-L/1
 not L2-normalised). Accepted files, chosen by extension:
 
   .pth / .pt      `torch.save`d dict of tensors (the FrozenBiLM release's `clipvitl14.pth`); needs torch
-  .npy            a pickled dict saved with `np.save(path, d)` (read with allow_pickle=True)
+  .npy            a pickled dict saved with `np.save(path, d)`: a pickle, so read only with trust_pickles=True
+                  (`--trust-pickles`, unsafe: unpickling runs code from the file)
   .npz            `np.savez(path, **d)`: one array per video id (read lazily)
   .h5 / .hdf5     one dataset per video id at the top level, or a group per id holding one dataset (lazy)
 
@@ -15,9 +16,7 @@ j = 0..T-1; a shorter one is zero-padded and its mask marks the real frames.
 
 from __future__ import annotations
 
-import json
 import os
-import pickle
 from typing import Iterator, Mapping
 
 import numpy as np
@@ -65,8 +64,9 @@ class FeatureStore(Mapping):
         x = feats["video7010"]                       # np.ndarray [T_video, 768]
   """
 
-  def __init__(self, path: str):
+  def __init__(self, path: str, trust_pickles: bool = False):
     self.path = str(path)
+    self.trust_pickles = trust_pickles
     self._closer = None
     if not os.path.exists(self.path):
       raise FeatureError(f"feature file {self.path} does not exist")
@@ -98,11 +98,9 @@ class FeatureStore(Mapping):
           f"{self.path} is a torch.save file, but torch is not installed: `pip install torch` (CPU build is enough) "
           "or convert the dict to .npz / HDF5") from e
     try:
-      obj = torch.load(self.path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as e:
-      raise FeatureError(
-          f"{self.path}: torch.load(weights_only=True) refused the file ({e}); it should hold a plain dict "
-          "video_id -> tensor") from e
+      obj = evqa_io.torch_load(self.path, self.trust_pickles)
+    except evqa_io.UnsafeInputError:
+      raise
     except Exception as e:
       raise FeatureError(f"{self.path}: cannot read with torch.load ({e})") from e
     if not isinstance(obj, Mapping):
@@ -111,7 +109,9 @@ class FeatureStore(Mapping):
 
   def _load_npy(self) -> dict:
     try:
-      arr = np.load(self.path, allow_pickle=True)
+      arr = evqa_io.load_npy(self.path, self.trust_pickles)
+    except evqa_io.UnsafeInputError:
+      raise
     except Exception as e:
       raise FeatureError(f"{self.path}: cannot read as .npy ({e})") from e
     obj = arr.item() if isinstance(arr, np.ndarray) and arr.dtype == object and arr.shape == () else arr
@@ -243,19 +243,14 @@ def _subtitle_text(value, path: str, key: str) -> str:
   raise FeatureError(f"{path}: subtitles of video {key!r} are a {type(value).__name__}, expected text")
 
 
-def load_subtitles(path: str) -> dict[str, str]:
-  """video_id -> subtitle text from a JSON file (or the FrozenBiLM-style pickle, .pkl)."""
+def load_subtitles(path: str, trust_pickles: bool = False) -> dict[str, str]:
+  """video_id -> subtitle text from a JSON file (or the FrozenBiLM-style pickle, .pkl, only with trust_pickles)."""
   if not os.path.exists(path):
     raise FeatureError(f"subtitles file {path} does not exist")
   if _ext(path) in (".pkl", ".pickle"):
-    with open(path, "rb") as f:
-      obj = pickle.load(f)
+    obj = evqa_io.load_pickle(path, trust_pickles)
   else:
-    try:
-      with open(path) as f:
-        obj = json.load(f)
-    except json.JSONDecodeError as e:
-      raise FeatureError(f"{path}: invalid JSON ({e})") from e
+    obj = evqa_io.load_json(path, "subtitles file")
   if not isinstance(obj, Mapping):
     raise FeatureError(f"{path}: expected a mapping video_id -> text, got {type(obj).__name__}")
   return {str(k): _subtitle_text(v, path, str(k)) for k, v in obj.items()}

@@ -2,15 +2,18 @@
 
     python -m data_prep.ovqa --csv-dir D --features F [--subtitles S] --out OUT \
         [--num-frames 10] [--feature-dim 768] [--cvqa-topk 4000] [--skip-bad] [--num-shards N] [--authors-vocab A]
+        [--trust-pickles]
 
 Input (REFERENCE.md section 1, "Data"):
   D/train.csv, D/test.csv (required), D/val.csv (optional): columns question, answer, video_id, and optionally
       type (question type; MSRVTT/MSVD 0-5 = what/how/color/where/who/when) and id. Read as text, so answers such
       as "none" or "null" stay strings.
-  F: video_id -> float [T_video, feature_dim] (.pth torch dict, .npy pickled dict, .npz, HDF5; see features.py).
-  S (optional): subtitles, JSON (or FrozenBiLM .pkl) video_id -> text.
+  F: video_id -> float [T_video, feature_dim] (.pth torch dict, .npz, HDF5; a pickled .npy dict only with
+     --trust-pickles; see features.py).
+  S (optional): subtitles, JSON (or FrozenBiLM .pkl, only with --trust-pickles: unpickling runs code) video_id -> text.
 
-Output OUT (replaced as a whole, atomically: built in a temporary sibling directory and renamed into place):
+Output OUT (replaced as a whole, atomically: built in a temporary sibling directory and renamed into place; an OUT
+that holds an input, or a non-empty folder no converter wrote, is refused; see data_prep/common.py):
   {split}-*.tfrecord(.idx)  one record per converted CSV row, splits train / val (when D has it) / test
   {split}.csv               copies of the CSVs holding exactly the converted rows, in order (for the evaluator)
   vocab.json                {"train_counts": {answer: count}, "vocab_train": [...], "vocab_test": [...],
@@ -41,7 +44,7 @@ test_vocab.json, ans2cat.json; data_prep/ovqa_authors.py) vocab_train, vocab_tes
 vocabulary of that split is bad (answer_not_in_vocab).
 
 Bad rows (empty question or answer, non-integer type, video id missing from F, features that are not a finite
-float [T_video >= 1, dim] array) raise ConversionError naming the CSV file, row and field; with --skip-bad they are
+float [T_video >= 1, dim] array, or not finite once cast to float16) raise ConversionError naming the CSV file, row and field; with --skip-bad they are
 skipped and counted per reason. A missing column or a missing train/test CSV is always an error.
 """
 
@@ -49,20 +52,21 @@ from __future__ import annotations
 
 import argparse
 import collections
+import io
 import math
 import os
-import shutil
 import sys
-import tempfile
 from typing import Iterator, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
+from evqa_jax import cli
 from evqa_jax import io as evqa_io
 from evqa_jax.data import records
 from evqa_jax.data.example import Feature
 from evqa_jax.metrics import ovqa as ovqa_metrics
+from data_prep import common
 from data_prep import features as features_lib
 from data_prep import ovqa_authors
 
@@ -70,7 +74,8 @@ SPLITS = ("train", "val", "test")
 REQUIRED_SPLITS = ("train", "test")
 REQUIRED_COLUMNS = ("question", "answer", "video_id")
 CATEGORIES = ovqa_metrics.CATEGORIES
-BAD_REASONS = ("empty_question", "empty_answer", "bad_type", "unknown_video", "bad_features", "answer_not_in_vocab")
+BAD_REASONS = ("empty_question", "empty_answer", "bad_type", "unknown_video", "bad_features", "answer_not_in_vocab",
+               "bad_values")
 VOCAB_FILE = "vocab.json"
 EXAMPLES_PER_SHARD = 4096
 _MAX_LISTED_SKIPS = 100
@@ -122,8 +127,9 @@ def read_split_csv(path: str) -> pd.DataFrame:
   """Reads one split's CSV as text (no NaN conversion); ConversionError on a missing file or column."""
   if not os.path.exists(path):
     raise ConversionError(f"split file {path} does not exist")
+  text = evqa_io.read_text(path, "split file")
   try:
-    df = pd.read_csv(path, dtype=str, keep_default_na=False)
+    df = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
   except Exception as e:
     raise ConversionError(f"{path}: cannot read as CSV ({e})") from e
   missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
@@ -191,6 +197,8 @@ def _row_example(row: Mapping[str, str], index: int, source_row: int, has_type: 
       question_type = int(row["type"].strip())
     except ValueError:
       raise _BadRow("bad_type", "type", f"question type {row['type']!r} is not an integer") from None
+    if not -2**63 <= question_type < 2**63:
+      raise _BadRow("bad_type", "type", f"question type {row['type']!r} does not fit int64")
   video, mask = videos.get(video_id)
   return {
       "index": np.int64(index),
@@ -205,22 +213,9 @@ def _row_example(row: Mapping[str, str], index: int, source_row: int, has_type: 
   }
 
 
-def _swap_into_place(tmp_dir: str, out_dir: str) -> None:
-  if os.path.lexists(out_dir) and not os.path.isdir(out_dir):
-    raise ConversionError(f"--out {out_dir} exists and is not a directory")
-  old = None
-  if os.path.exists(out_dir):
-    old = tempfile.mkdtemp(prefix=f".{os.path.basename(out_dir)}.old-", dir=os.path.dirname(out_dir))
-    os.rmdir(old)
-    os.rename(out_dir, old)
-  os.rename(tmp_dir, out_dir)
-  if old is not None:
-    shutil.rmtree(old, ignore_errors=True)
-
-
 def convert(csv_dir: str, features: str, out_dir: str, *, subtitles: str | None = None, num_frames: int = 10,
             feature_dim: int = 768, cvqa_topk: int = 4000, skip_bad: bool = False, num_shards: int | None = None,
-            verbose: bool = True, authors_vocab: str | None = None) -> dict:
+            trust_pickles: bool = False, verbose: bool = True, authors_vocab: str | None = None) -> dict:
   """Converts an OVQA release into `out_dir` (see the module docstring); returns the "conversion" summary.
 
   Raises ConversionError on bad input (unless `skip_bad` and the problem is confined to rows); nothing is
@@ -230,64 +225,64 @@ def convert(csv_dir: str, features: str, out_dir: str, *, subtitles: str | None 
     raise ConversionError(f"num_frames ({num_frames}) and feature_dim ({feature_dim}) must be >= 1")
   csv_paths = {s: os.path.join(csv_dir, f"{s}.csv") for s in SPLITS}
   splits = [s for s in SPLITS if s in REQUIRED_SPLITS or os.path.exists(csv_paths[s])]
+  common.check_out(out_dir, [csv_dir, features, subtitles])
   frames = {s: read_split_csv(csv_paths[s]) for s in splits}
-  subs = features_lib.load_subtitles(subtitles) if subtitles else {}
+  subs = features_lib.load_subtitles(subtitles, trust_pickles) if subtitles else {}
   # The authors' V_train / V_test / categories (data_prep/ovqa_authors.py); their rows must be in them.
   authors = ovqa_authors.read_authors_vocab(authors_vocab) if authors_vocab else None
   allowed = {s: set(authors[f"vocab_{s}"]) for s in ("train", "test")} if authors else {}
   spec = record_spec(num_frames, feature_dim)
-
-  out_dir = os.path.abspath(out_dir)
-  parent = os.path.dirname(out_dir)
-  os.makedirs(parent, exist_ok=True)
-  tmp_dir = tempfile.mkdtemp(prefix=f".{os.path.basename(out_dir)}.tmp-", dir=parent)
-  os.chmod(tmp_dir, 0o755)
   summary = {}
   kept_rows: dict[str, list[int]] = {}
-  try:
-    with features_lib.FeatureStore(features) as store:
-      videos = _VideoCache(store, num_frames, feature_dim)
-      for split in splits:
-        df = frames[split]
-        kept = kept_rows[split] = []
-        skipped = collections.Counter()
-        skipped_rows: list[dict] = []
-        has_type, has_id = "type" in df.columns, "id" in df.columns
+  with common.build_output(out_dir, [csv_dir, features, subtitles], "data_prep.ovqa") as tmp_dir, \
+      features_lib.FeatureStore(features, trust_pickles) as store:
+    videos = _VideoCache(store, num_frames, feature_dim)
+    for split in splits:
+      df = frames[split]
+      kept = kept_rows[split] = []
+      skipped = collections.Counter()
+      skipped_rows: list[dict] = []
+      has_type, has_id = "type" in df.columns, "id" in df.columns
 
-        def examples(df=df, split=split, kept=kept, skipped=skipped, skipped_rows=skipped_rows,
-                     has_type=has_type, has_id=has_id) -> Iterator[dict]:
-          for row_idx, row in enumerate(df.to_dict("records")):
+      def examples(df=df, split=split, kept=kept, skipped=skipped, skipped_rows=skipped_rows,
+                   has_type=has_type, has_id=has_id) -> Iterator[dict]:
+        for row_idx, row in enumerate(df.to_dict("records")):
+          where = f"{csv_paths[split]}, row {row_idx} (line {row_idx + 2})"
+          try:
+            ex = _row_example(row, len(kept), row_idx, has_type, has_id, videos, subs)
+            if split in allowed and ex["answer"] not in allowed[split]:
+              raise _BadRow("answer_not_in_vocab", "answer", f"answer {ex['answer']!r} is not in the authors' "
+                            f"{split}_vocab.json ({authors_vocab})")
             try:
-              ex = _row_example(row, len(kept), row_idx, has_type, has_id, videos, subs)
-              if split in allowed and ex["answer"] not in allowed[split]:
-                raise _BadRow("answer_not_in_vocab", "answer", f"answer {ex['answer']!r} is not in the authors' "
-                              f"{split}_vocab.json ({authors_vocab})")
-            except _BadRow as bad:
-              where = f"{csv_paths[split]}, row {row_idx} (line {row_idx + 2}), field {bad.field!r}"
-              if not skip_bad:
-                raise ConversionError(f"{where}: {bad.message} (use --skip-bad to skip such rows)") from None
-              skipped[bad.reason] += 1
-              if len(skipped_rows) < _MAX_LISTED_SKIPS:
-                skipped_rows.append({"row": row_idx, "reason": bad.reason, "message": f"{where}: {bad.message}"})
-              continue
-            kept.append(row_idx)
-            yield ex
+              common.check_record(ex, spec, where)
+            except ValueError as e:
+              raise _BadRow("bad_values", "video", str(e)) from None
+          except _BadRow as bad:
+            where = f"{where}, field {bad.field!r}"
+            if not skip_bad:
+              raise ConversionError(f"{where}: {bad.message} (use --skip-bad to skip such rows)") from None
+            skipped[bad.reason] += 1
+            if len(skipped_rows) < _MAX_LISTED_SKIPS:
+              skipped_rows.append({"row": row_idx, "reason": bad.reason, "message": f"{where}: {bad.message}"})
+            continue
+          kept.append(row_idx)
+          yield ex
 
-        shards = num_shards or max(1, math.ceil(len(df) / EXAMPLES_PER_SHARD))
-        records.write_split(tmp_dir, split, examples(), spec, num_shards=shards)
-        if split in REQUIRED_SPLITS and not kept:
-          raise ConversionError(f"{csv_paths[split]}: no usable rows ({len(df)} rows, skipped {dict(skipped)})")
-        with evqa_io.atomic_path(os.path.join(tmp_dir, f"{split}.csv")) as tmp:
-          df.iloc[kept].to_csv(tmp, index=False)
-        summary[split] = {
-            "rows": len(df),
-            "converted": len(kept),
-            "skipped": {r: skipped[r] for r in BAD_REASONS if skipped[r]},
-            "skipped_rows": skipped_rows,
-        }
-        if verbose:
-          reasons = ", ".join(f"{r}: {n}" for r, n in summary[split]["skipped"].items()) or "none"
-          print(f"{split}: converted {len(kept)} of {len(df)} rows, skipped {len(df) - len(kept)} ({reasons})")
+      shards = num_shards or max(1, math.ceil(len(df) / EXAMPLES_PER_SHARD))
+      records.write_split(tmp_dir, split, examples(), spec, num_shards=shards)
+      if split in REQUIRED_SPLITS:
+        common.check_converted(len(kept), skipped, f"{csv_paths[split]} ({len(df)} rows)")
+      with evqa_io.atomic_path(os.path.join(tmp_dir, f"{split}.csv")) as tmp:
+        df.iloc[kept].to_csv(tmp, index=False)
+      summary[split] = {
+          "rows": len(df),
+          "converted": len(kept),
+          "skipped": {r: skipped[r] for r in BAD_REASONS if skipped[r]},
+          "skipped_rows": skipped_rows,
+      }
+      if verbose:
+        reasons = ", ".join(f"{r}: {n}" for r, n in summary[split]["skipped"].items()) or "none"
+        print(f"{split}: converted {len(kept)} of {len(df)} rows, skipped {len(df) - len(kept)} ({reasons})")
 
     train_answers = frames["train"]["answer"].iloc[kept_rows["train"]].tolist()
     test_answers = frames["test"]["answer"].iloc[kept_rows["test"]].tolist()
@@ -309,10 +304,6 @@ def convert(csv_dir: str, features: str, out_dir: str, *, subtitles: str | None 
         source={"csv_dir": os.path.abspath(csv_dir), "features": os.path.abspath(features),
                 "subtitles": os.path.abspath(subtitles) if subtitles else None},
     )
-    _swap_into_place(tmp_dir, out_dir)
-  except BaseException:
-    shutil.rmtree(tmp_dir, ignore_errors=True)
-    raise
   return summary
 
 
@@ -331,18 +322,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                            "V_train, V_test and categories")
   parser.add_argument("--num-shards", type=int, default=None,
                       help=f"shards per split (default: one per {EXAMPLES_PER_SHARD} rows)")
+  common.add_trust_pickles(parser)
   args = parser.parse_args(argv)
-  try:
-    convert(args.csv_dir, args.features, args.out, subtitles=args.subtitles, num_frames=args.num_frames,
-            feature_dim=args.feature_dim, cvqa_topk=args.cvqa_topk, skip_bad=args.skip_bad,
-            num_shards=args.num_shards, authors_vocab=args.authors_vocab)
-  except (ConversionError, features_lib.FeatureError, ovqa_authors.AuthorsVocabError) as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 1
+  convert(args.csv_dir, args.features, args.out, subtitles=args.subtitles, num_frames=args.num_frames,
+          feature_dim=args.feature_dim, cvqa_topk=args.cvqa_topk, skip_bad=args.skip_bad,
+          num_shards=args.num_shards, trust_pickles=args.trust_pickles,
+          authors_vocab=args.authors_vocab)
   from data_prep import answer_stats
   print(answer_stats.format_table1(answer_stats.table1_from_dir(args.out)))
   return 0
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  sys.exit(cli.run(main))

@@ -71,7 +71,6 @@ import ast
 import collections
 import csv
 import io
-import json
 import math
 import os
 import shutil
@@ -81,8 +80,10 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 from PIL import Image, ImageDraw
 
+from evqa_jax import cli
 from evqa_jax import io as evqa_io
 from evqa_jax.data import records
+from data_prep import common
 from evqa_jax.data.example import Feature
 
 FPS = 6.0
@@ -155,10 +156,15 @@ def _as_segments(value: Any) -> np.ndarray | None:
   segs = []
   for seg in value:
     if (not isinstance(seg, (list, tuple)) or len(seg) != 2
-        or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in seg)
-        or seg[0] < 0 or seg[1] < seg[0]):
+        or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in seg)):
       return None
-    segs.append([float(seg[0]), float(seg[1])])
+    try:
+      s, e = float(seg[0]), float(seg[1])
+    except OverflowError:  # an integer beyond float range
+      return None
+    if not (math.isfinite(s) and math.isfinite(e)) or s < 0 or e < s:
+      return None
+    segs.append([s, e])
   return np.asarray(segs, np.float32).reshape(-1, 2)
 
 
@@ -178,11 +184,10 @@ def parse_segments(text: str, where: str, field: str = "segment") -> np.ndarray:
 def read_csv(path: str) -> tuple[list[str], list[dict]]:
   """Returns (header, rows as dicts with the raw text); error naming the file for missing columns."""
   try:
-    with open(path, newline="", encoding="utf-8") as f:
-      reader = csv.DictReader(f)
-      header = list(reader.fieldnames or [])
-      rows = list(reader)
-  except (OSError, UnicodeDecodeError, csv.Error) as e:
+    reader = csv.DictReader(io.StringIO(evqa_io.read_text(path, "CSV file"), newline=""))
+    header = list(reader.fieldnames or [])
+    rows = list(reader)
+  except (OSError, ValueError, csv.Error) as e:
     raise ConversionError("unreadable_csv", f"{path}: cannot read CSV ({e})") from e
   missing = [c for c in CSV_COLUMNS if c not in header]
   if missing:
@@ -293,10 +298,9 @@ def masks_from_instruct(path: str, entry_id: str, num_video_frames: int, height:
   """{frame index at 6 fps: merged 0/1 mask [H, W]} from an ST-Evidence-Instruct JSON."""
   where = f"{path}: entry {entry_id!r}"
   try:
-    with open(path) as f:
-      obj = json.load(f)
-  except (OSError, json.JSONDecodeError) as e:
-    raise ConversionError("unreadable_json", f"{where}: cannot read JSON ({e})") from e
+    obj = evqa_io.load_json(path, "instruct JSON")
+  except (OSError, ValueError) as e:
+    raise ConversionError("unreadable_json", f"{where}: {e}") from e
   if not isinstance(obj, dict):
     raise ConversionError("missing_field", f"{where}: expected a JSON object")
   for key in ("fps", "width", "height", "evidence_objects"):
@@ -404,10 +408,9 @@ class _VideoCache:
 
 def load_mcq(path: str) -> dict:
   try:
-    with open(path) as f:
-      obj = json.load(f)
-  except (OSError, json.JSONDecodeError) as e:
-    raise ConversionError("unreadable_mcq", f"{path}: cannot read MCQ JSON ({e})") from e
+    obj = evqa_io.load_json(path, "MCQ file")
+  except (OSError, ValueError) as e:
+    raise ConversionError("unreadable_mcq", str(e)) from e
   if not isinstance(obj, dict):
     raise ConversionError("bad_mcq", f"{path}: expected a JSON object {{entry_id: {{qa, temporal, spatial}}}}")
   return obj
@@ -446,8 +449,10 @@ def parse_mcq_entry(entry: Any, mcq_path: str, entry_id: str, candidates: list[s
     raise ConversionError("bad_mcq", f"{where}: field 'spatial.frame' must be a frame index < {num_video_frames}, got {frame!r}")
   s_ans = _answer_index(sp.get("answer"), NUM_MCQ_OPTIONS, where, "spatial.answer")
   rel = sp.get("options_dir")
-  if not isinstance(rel, str):
-    raise ConversionError("bad_mcq", f"{where}: field 'spatial.options_dir' must be a path string")
+  try:
+    evqa_io.check_relpath(rel, f"{where}: field 'spatial.options_dir'", "options_dir")
+  except ValueError as e:
+    raise ConversionError("bad_mcq", str(e)) from None
   d = os.path.join(os.path.dirname(os.path.abspath(mcq_path)), rel)
   if not os.path.isdir(d):
     raise ConversionError("bad_mcq", f"{where}: field 'spatial.options_dir': no folder {d}")
@@ -481,6 +486,7 @@ def convert(csv_path: str, frames_dir: str, out: str, split: str = "test", masks
   if (frames_dir is None) == (videos_dir is None):
     raise ValueError("give exactly one of --frames (frame folders) and --videos (the release's mp4 files)")
   height, width = int(frame_size[0]), int(frame_size[1])
+  common.check_out(out, [csv_path, frames_dir, videos_dir, masks_dir, instruct_dir, mcq_path, mcq_release])
   header, rows = read_csv(csv_path)
   if videos_dir is not None:
     from data_prep import evqa_release
@@ -510,6 +516,11 @@ def convert(csv_path: str, frames_dir: str, out: str, split: str = "test", masks
       if row.get(col) is None or (col != "video_path" and not row[col].strip()):
         raise ConversionError("missing_field", f"{where}: field {col!r} is empty")
     entry_id, video_id = row["entry_id"].strip(), row["video_id"].strip()
+    try:  # both name folders (masks, frames, ground-truth copies)
+      evqa_io.check_id(entry_id, f"{where}, field 'entry_id'", "entry id")
+      evqa_io.check_id(video_id, f"{where}, field 'video_id'", "video id")
+    except ValueError as e:
+      raise ConversionError("bad_id", str(e)) from None
     where = f"{csv_path}: row {i + 2} (entry {entry_id!r})"
     if entry_id in seen:
       raise ConversionError("duplicate_entry", f"{where}: field 'entry_id' repeats an earlier row")
@@ -562,13 +573,7 @@ def convert(csv_path: str, frames_dir: str, out: str, split: str = "test", masks
         mcq_len[k] = len(segs)
         mcq_masks[k] = resize_mask(m["masks"][k], (height, width))
 
-    seen.add(entry_id)
-    kept_rows.append(row)
-    if from_png:
-      png_entries.append(entry_id)
-    if m:
-      mcq_kept[entry_id] = (mcq[entry_id], m["mask_files"])
-    return {
+    ex = {
         "entry_id": entry_id, "video_id": video_id, "question": row["question"].strip(),
         "candidates": np.asarray(candidates, object), "answer_index": np.int32(answer_index),
         "frames": frames, "frame_mask": valid, "frame_times": times, "frame_indices": indices,
@@ -579,6 +584,17 @@ def convert(csv_path: str, frames_dir: str, out: str, split: str = "test", masks
         "mcq_frame": np.int32(m["frame"] if m else -1),
         "mcq_spatial_answer": np.int32(m["spatial_answer"] if m else -1),
     }
+    try:
+      common.check_record(ex, spec, where)
+    except ValueError as e:
+      raise ConversionError("bad_values", str(e)) from None
+    seen.add(entry_id)
+    kept_rows.append(row)
+    if from_png:
+      png_entries.append(entry_id)
+    if m:
+      mcq_kept[entry_id] = (mcq[entry_id], m["mask_files"])
+    return ex
 
   def examples() -> Iterator[dict]:
     for i, row in enumerate(rows):
@@ -589,21 +605,25 @@ def convert(csv_path: str, frames_dir: str, out: str, split: str = "test", masks
           raise
         skipped[e.reason] += 1
 
-  written = records.write_split(out, split, examples(), spec, num_shards=num_shards)
-  _write_ground_truth(out, split, csv_path, header, kept_rows, masks_dir, png_entries, mcq_path, mcq_kept)
+  # One split per run: OUT's other splits are kept (hard links), this split's files are replaced.
+  inputs = [csv_path, frames_dir, videos_dir, masks_dir, instruct_dir, mcq_path, mcq_release]
+  with common.build_output(out, inputs, "data_prep.st_evidence", keep_existing=True) as tmp:
+    written = records.write_split(tmp, split, examples(), spec, num_shards=num_shards)
+    common.check_converted(written, skipped, csv_path)
+    _write_ground_truth(tmp, split, csv_path, header, kept_rows, masks_dir, png_entries, mcq_path, mcq_kept)
 
-  counts = {"converted": written, "skipped": dict(sorted(skipped.items())),
-            "entries_without_mcq": (written - len(mcq_kept)) if mcq_path else written,
-            "mcq_entries_not_in_csv": len(set(mcq) - {r["entry_id"].strip() for r in rows})}
-  meta = records.load_metadata(out)
-  conversion = dict(meta.get("conversion", {}))
-  conversion[split] = counts
-  gt = dict(meta.get("ground_truth", {}))
-  gt[split] = {"csv": f"{split}.csv", "gt_masks": GT_MASKS_DIR if png_entries else None,
-               "mcq": f"{split}_mcq.json" if mcq_kept else None}
-  records.update_metadata(
-      out, task="evqa", fps=FPS, num_frames=num_frames, frame_size=[height, width], conversion=conversion,
-      ground_truth=gt, record_schema=__doc__[__doc__.index("Record schema"):__doc__.index("Besides")].strip())
+    counts = {"converted": written, "skipped": dict(sorted(skipped.items())),
+              "entries_without_mcq": (written - len(mcq_kept)) if mcq_path else written,
+              "mcq_entries_not_in_csv": len(set(mcq) - {r["entry_id"].strip() for r in rows})}
+    meta = records.load_metadata(tmp)
+    conversion = dict(meta.get("conversion", {}))
+    conversion[split] = counts
+    gt = dict(meta.get("ground_truth", {}))
+    gt[split] = {"csv": f"{split}.csv", "gt_masks": GT_MASKS_DIR if png_entries else None,
+                 "mcq": f"{split}_mcq.json" if mcq_kept else None}
+    records.update_metadata(
+        tmp, task="evqa", fps=FPS, num_frames=num_frames, frame_size=[height, width], conversion=conversion,
+        ground_truth=gt, record_schema=__doc__[__doc__.index("Record schema"):__doc__.index("Besides")].strip())
   if verbose:
     reasons = ", ".join(f"{k}={v}" for k, v in counts["skipped"].items()) or "none"
     print(f"{split}: converted {written} entries, skipped {sum(skipped.values())} ({reasons}); "
@@ -660,14 +680,10 @@ def main(argv=None) -> int:
     p.error("give --masks and/or --instruct-json")
   if (a.frames is None) == (a.videos is None):
     p.error("give exactly one of --frames and --videos")
-  try:
-    convert(a.csv, a.frames, a.out, a.split, a.masks, a.instruct_json, a.mcq, a.num_frames, tuple(a.frame_size),
-            a.allow_missing_masks, a.num_shards, a.skip_bad, videos_dir=a.videos, mcq_release=a.mcq_release)
-  except ConversionError as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 1
+  convert(a.csv, a.frames, a.out, a.split, a.masks, a.instruct_json, a.mcq, a.num_frames, tuple(a.frame_size),
+          a.allow_missing_masks, a.num_shards, a.skip_bad, videos_dir=a.videos, mcq_release=a.mcq_release)
   return 0
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  sys.exit(cli.run(main))

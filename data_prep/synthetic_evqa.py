@@ -33,6 +33,7 @@ import numpy as np
 from PIL import Image
 
 from data_prep import st_evidence
+from evqa_jax import cli
 from evqa_jax import io as evqa_io
 from evqa_jax.data import records
 
@@ -316,4 +317,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  sys.exit(cli.run(main))

@@ -44,6 +44,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from evqa_jax import cli
 from evqa_jax import io as evqa_io
 from evqa_jax import pretrained
 from data_prep import answer_stats
@@ -480,11 +481,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if field.name != "subtitles" and given is not None:
       values[field.name] = given
   values["subtitles"] = not args.no_subtitles
-  try:
-    result = build(args.out, WorldConfig(**values))
-  except (ValueError, ovqa.ConversionError) as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 1
+  result = build(args.out, WorldConfig(**values))
   if args.graphs:
     from data_prep import answer_graphs  # pylint: disable=g-import-not-at-top
     answer_graphs.main(["--data", result["records_dir"]])
@@ -492,4 +489,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  sys.exit(cli.run(main))

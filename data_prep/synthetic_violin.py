@@ -44,6 +44,7 @@ import sys
 import numpy as np
 
 from data_prep import violin
+from evqa_jax import cli
 from evqa_jax import io as evqa_io
 from evqa_jax import pretrained
 
@@ -324,4 +325,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  sys.exit(cli.run(main))

@@ -33,15 +33,16 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import os
 import sys
 from typing import Any, Iterator
 
 import numpy as np
 
+from evqa_jax import cli
 from evqa_jax import io as evqa_io
 from evqa_jax.data import records
+from data_prep import common
 from evqa_jax.data.example import Feature
 
 SPLITS = ("train", "validate", "test")
@@ -91,6 +92,10 @@ def prepare_video(features: np.ndarray, max_frames: int = MAX_FRAMES) -> np.ndar
 def parse_clip(clip_id: str, entry: Any, path: str) -> dict:
   """Validates one annotation entry; returns {split, subtitles, pairs: [(pos, neg), ...]}."""
   where = f"{path}: clip {clip_id!r}"
+  try:
+    evqa_io.check_id(clip_id, f"{path}: clip {clip_id!r}", "clip id")  # an HDF5 path component
+  except ValueError as e:
+    raise ConversionError("bad_clip_id", str(e)) from None
   if not isinstance(entry, dict):
     raise ConversionError("malformed_entry", f"{where}: expected an object, got {type(entry).__name__}")
   for key in ("file", "split", "sub", "statement"):
@@ -170,11 +175,11 @@ def convert(annotation: str, features: str, out: str, feature: str = "resnet", f
   if feature not in FEATURE_DIMS:
     raise ValueError(f"--feature must be one of {sorted(FEATURE_DIMS)}, got {feature!r}")
   feature_dim = FEATURE_DIMS[feature] if feature_dim is None else int(feature_dim)
+  common.check_out(out, [annotation, features])
   try:
-    with open(annotation) as f:
-      ann = json.load(f)
-  except (OSError, json.JSONDecodeError) as e:
-    raise ConversionError("unreadable_annotation", f"{annotation}: cannot read annotation JSON ({e})") from e
+    ann = evqa_io.load_json(annotation, "annotation file")
+  except (OSError, ValueError) as e:
+    raise ConversionError("unreadable_annotation", str(e)) from e
   if not isinstance(ann, dict):
     raise ConversionError("malformed_annotation", f"{annotation}: expected a JSON object {{clip_id: entry}}")
 
@@ -197,7 +202,7 @@ def convert(annotation: str, features: str, out: str, feature: str = "resnet", f
     h5 = h5py.File(features, "r")
   except OSError as e:
     raise ConversionError("unreadable_features", f"{features}: cannot open HDF5 features file ({e})") from e
-  with h5:
+  with h5, common.build_output(out, [annotation, features], "data_prep.violin") as tmp:
     # Cheap checks first, so that a bad clip fails before any split is written.
     for split in SPLITS:
       for clip_id in list(parsed[split]):
@@ -218,28 +223,38 @@ def convert(annotation: str, features: str, out: str, feature: str = "resnet", f
             raise
           counts.skipped[split][e.reason] += 1
           continue
+        exs = [{"clip_id": clip_id, "pair_index": np.int32(j), "split": split, "statement_pos": pos,
+                "statement_neg": neg, "subtitles": clip["subtitles"], "video": video,
+                "video_len": np.int32(len(video))} for j, (pos, neg) in enumerate(clip["pairs"])]
+        try:
+          for j, ex in enumerate(exs):
+            common.check_record(ex, spec, f"{annotation}: clip {clip_id!r}, statement pair {j}")
+        except ValueError as e:
+          if not skip_bad:
+            raise ConversionError("bad_values", str(e)) from None
+          counts.skipped[split]["bad_values"] += 1
+          continue
         counts.converted_clips[split] += 1
         kept[clip_id] = ann[clip_id]
-        for j, (pos, neg) in enumerate(clip["pairs"]):
-          counts.converted_records[split] += 1
-          yield {"clip_id": clip_id, "pair_index": np.int32(j), "split": split, "statement_pos": pos,
-                 "statement_neg": neg, "subtitles": clip["subtitles"], "video": video,
-                 "video_len": np.int32(len(video))}
+        counts.converted_records[split] += len(exs)
+        yield from exs
 
     written_splits = []
     for split in SPLITS:
       if not parsed[split] and not counts.skipped[split]:
         continue
-      records.write_split(out, split, examples(split), spec, num_shards=num_shards)
+      records.write_split(tmp, split, examples(split), spec, num_shards=num_shards)
       written_splits.append(split)
     extra = set(h5.keys()) - set(ann)
-  report_splits = written_splits + (["invalid"] if counts.skipped["invalid"] else [])
-  conversion = counts.as_json(report_splits)
-  evqa_io.write_json(os.path.join(out, ANNOTATION_COPY), kept)
-  records.update_metadata(
-      out, task="violin", feature=feature, feature_dim=feature_dim, max_frames=max_frames,
-      annotation_file=ANNOTATION_COPY, conversion=conversion, features_without_annotation=len(extra),
-      record_schema=__doc__[__doc__.index("Record schema"):__doc__.index("Besides")].strip())
+    report_splits = written_splits + (["invalid"] if counts.skipped["invalid"] else [])
+    conversion = counts.as_json(report_splits)
+    common.check_converted(sum(counts.converted_records.values()),
+                           {f"{s}/{k}": v for s in counts.skipped for k, v in counts.skipped[s].items()}, annotation)
+    evqa_io.write_json(os.path.join(tmp, ANNOTATION_COPY), kept)
+    records.update_metadata(
+        tmp, task="violin", feature=feature, feature_dim=feature_dim, max_frames=max_frames,
+        annotation_file=ANNOTATION_COPY, conversion=conversion, features_without_annotation=len(extra),
+        record_schema=__doc__[__doc__.index("Record schema"):__doc__.index("Besides")].strip())
   if verbose:
     print_counts(conversion)
   return conversion
@@ -264,13 +279,9 @@ def main(argv=None) -> int:
   p.add_argument("--skip-bad", action="store_true", help="skip and count bad clips instead of failing")
   p.add_argument("--out", required=True)
   a = p.parse_args(argv)
-  try:
-    convert(a.annotation, a.features, a.out, a.feature, a.feature_dim, a.max_frames, a.num_shards, a.skip_bad)
-  except ConversionError as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 1
+  convert(a.annotation, a.features, a.out, a.feature, a.feature_dim, a.max_frames, a.num_shards, a.skip_bad)
   return 0
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  sys.exit(cli.run(main))

@@ -2,7 +2,9 @@
 
 import contextlib
 import json
+import math
 import os
+import re
 import subprocess
 import tempfile
 
@@ -31,14 +33,29 @@ def atomic_path(path: str):
     raise
 
 
+class LockedError(RuntimeError):
+  """Another process holds the lock (raised by `file_lock(..., wait=False)`)."""
+
+
 @contextlib.contextmanager
-def file_lock(path: str):
+def file_lock(path: str, wait: bool = True):
   """Holds an exclusive advisory lock (fcntl.flock) on `path`, created if missing, for the `with` block: several
-  processes building the same world, metadata or cache take turns."""
+  processes building the same world, metadata or cache take turns. With wait=False a lock held elsewhere raises
+  LockedError naming the holder's pid (written into the lock file) instead of waiting."""
   import fcntl  # pylint: disable=g-import-not-at-top  (POSIX only)
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  with open(path, "a") as f:
-    fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+  with open(path, "a+") as f:
+    try:
+      fcntl.flock(f.fileno(), fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except BlockingIOError:
+      f.seek(0)
+      holder = f.read().strip()[:40]
+      raise LockedError(f"{path} is held by another process{f' (pid {holder})' if holder else ''}") from None
+    if not wait:  # the holder's pid, for the message another process gets
+      f.seek(0)
+      f.truncate()
+      f.write(str(os.getpid()))
+      f.flush()
     try:
       yield
     finally:
@@ -90,3 +107,158 @@ def same_code(a: dict, b: dict) -> bool:
     return True
   diff = _git("diff", "--quiet", a["commit"], b["commit"], "--", *CODE_PATHS)
   return diff is not None and diff.returncode == 0
+
+
+# ------------------------------------------------------------------------------------ hostile input: one mechanism
+# Input files are data, never code: pickles (np.load(allow_pickle=True), pickle.load, torch.load without
+# weights_only) can run arbitrary code while loading, so they are refused unless the caller opted in with the one
+# trust switch (`--trust-pickles` on the converters, `config.trust_pickles` for training).
+
+TRUST_SWITCH = "--trust-pickles (config: trust_pickles=True)"
+
+
+class UnsafeInputError(ValueError):
+  """An input file that would need unpickling (which can run code) and was not trusted explicitly."""
+
+
+def _untrusted(path: str, what: str, detail: str = "") -> UnsafeInputError:
+  return UnsafeInputError(
+      f"{path}: {what} holds pickled Python objects, which can run code when loaded{detail}; refused. Convert it to "
+      f"a plain format (.npz, .h5, JSON, safetensors), or, only for a file you trust, pass {TRUST_SWITCH} (unsafe)")
+
+
+def load_npy(path: str, trust_pickles: bool = False, mmap_mode=None):
+  """np.load of a .npy file: plain arrays only unless `trust_pickles` (object arrays are pickles)."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  try:
+    return np.load(path, allow_pickle=trust_pickles, mmap_mode=mmap_mode)
+  except ValueError as e:
+    if not trust_pickles and "allow_pickle" in str(e):
+      raise _untrusted(path, "the .npy file") from None
+    raise ValueError(f"{path}: cannot read as .npy ({e})") from e
+
+
+def load_pickle(path: str, trust_pickles: bool = False):
+  """pickle.load of a whole file, only when `trust_pickles`; UnsafeInputError otherwise."""
+  if not trust_pickles:
+    raise _untrusted(path, "the pickle file")
+  import pickle  # pylint: disable=g-import-not-at-top
+  with open(path, "rb") as f:
+    return pickle.load(f)
+
+
+def torch_load(path: str, trust_pickles: bool = False, safe_globals=()):
+  """torch.load on CPU with `weights_only=True` (tensors, containers, numbers, strings and the classes in
+  `safe_globals`, e.g. argparse.Namespace) unless `trust_pickles`; UnsafeInputError naming the refused object."""
+  import torch  # pylint: disable=g-import-not-at-top
+  if trust_pickles:
+    return torch.load(path, map_location="cpu", weights_only=False)
+  allow = getattr(torch.serialization, "safe_globals", None)  # torch >= 2.5; older ones allow no extra class
+  try:
+    with (allow(list(safe_globals)) if allow and safe_globals else contextlib.nullcontext()):
+      return torch.load(path, map_location="cpu", weights_only=True)
+  except Exception as e:  # torch raises pickle.UnpicklingError (or RuntimeError in old versions) for refused globals
+    if "weights_only" in str(e) or "Unsupported global" in str(e) or "Unsupported operand" in str(e):
+      detail = str(e).split("\n")
+      found = [line.strip() for line in detail if "Unsupported" in line or "GLOBAL" in line][:1]
+      raise _untrusted(path, "the PyTorch checkpoint", f" ({found[0]})" if found else "") from None
+    raise
+
+
+# --------------------------------------------------------------------------------------------- ids used as paths
+
+def check_id(value, where: str, what: str = "id") -> str:
+  """`value` when it is safe as one file or folder name; ValueError naming `where` (file and row) otherwise.
+
+  Ids from input files (entry ids, video ids) become path components: a separator, "..", an absolute path or a NUL
+  would read or write outside the folder they are joined to.
+  """
+  text = value if isinstance(value, str) else None
+  bad = None
+  if text is None:
+    bad = f"is a {type(value).__name__}, not text"
+  elif not text or text.strip() in ("", ".", ".."):
+    bad = "is empty or a dot name"
+  elif "\0" in text:
+    bad = "contains a NUL byte"
+  elif "/" in text or "\\" in text or (os.sep in text) or (os.altsep and os.altsep in text):
+    bad = "contains a path separator"
+  elif os.path.isabs(text):
+    bad = "is an absolute path"
+  if bad:
+    raise ValueError(f"{where}: {what} {value!r} {bad}, so it cannot name a file or folder")
+  return text
+
+
+def check_relpath(value, where: str, what: str = "path") -> str:
+  """`value` when it is a relative path that stays inside the folder it is joined to (each part a `check_id`)."""
+  if not isinstance(value, str):
+    raise ValueError(f"{where}: {what} {value!r} is a {type(value).__name__}, not a path")
+  parts = [p for p in value.replace("\\", "/").split("/") if p]
+  if value.startswith(("/", "\\")) or os.path.isabs(value) or not parts:
+    raise ValueError(f"{where}: {what} {value!r} must be a non-empty relative path")
+  for p in parts:
+    check_id(p, where, f"{what} {value!r}: part")
+  return value
+
+
+# ---------------------------------------------------------------------------- reading text input with named errors
+
+def read_text(path: str, what: str = "file") -> str:
+  """The file as UTF-8 text; ValueError naming the file and line of the first byte that is not UTF-8."""
+  try:
+    with open(path, "rb") as f:
+      data = f.read()
+  except FileNotFoundError:
+    raise FileNotFoundError(f"{what} {path} does not exist") from None
+  except IsADirectoryError:
+    raise ValueError(f"{what} {path} is a folder, expected a file") from None
+  try:
+    return data.decode("utf-8")
+  except UnicodeDecodeError as e:
+    line = data.count(b"\n", 0, e.start) + 1
+    raise ValueError(f"{what} {path}: line {line}, byte {e.start}: not UTF-8 text ({e.reason}, byte "
+                     f"{data[e.start:e.start + 1]!r})") from None
+
+
+def _json_number_error(text: str, literal: str, path: str, what: str) -> ValueError:
+  pos = max(text.find(literal), 0)
+  line = text.count("\n", 0, pos) + 1
+  key = re.findall(r'"((?:[^"\\]|\\.)*)"\s*:\s*[^"]*$', text[max(0, pos - 200):pos])
+  field = f", field {key[-1]!r}" if key else ""
+  return ValueError(f"{what} {path}: line {line}{field}: number {literal} does not fit a 64-bit value "
+                    "(overflow, NaN or infinity)")
+
+
+def loads_json(text: str, path: str, what: str = "file"):
+  """json.loads refusing NaN/Infinity and numbers that overflow float64 / int64, with file, line and field."""
+  def parse_float(s):
+    v = float(s)
+    if not math.isfinite(v):
+      raise _json_number_error(text, s, path, what)
+    return v
+
+  def parse_int(s):
+    v = int(s)
+    if not -2**63 <= v < 2**63:
+      raise _json_number_error(text, s, path, what)
+    return v
+
+  def parse_constant(s):
+    raise _json_number_error(text, s, path, what)
+
+  try:
+    return json.loads(text, parse_float=parse_float, parse_int=parse_int, parse_constant=parse_constant)
+  except json.JSONDecodeError as e:
+    raise ValueError(f"{what} {path}: line {e.lineno}, column {e.colno}: not valid JSON ({e.msg})") from None
+
+
+def load_json(path: str, what: str = "file"):
+  """A JSON input file: UTF-8, strict numbers; every error names the file (and line, field where known)."""
+  return loads_json(read_text(path, what), path, what)
+
+
+def text_stream(path: str, what: str = "file"):
+  """The file as a text stream for csv / pandas readers (UTF-8 checked by `read_text`, newlines kept as written)."""
+  import io as std_io  # pylint: disable=g-import-not-at-top
+  return std_io.StringIO(read_text(path, what), newline="")

@@ -95,12 +95,12 @@ def train_all(out: str, only) -> None:
     subprocess.run(cmd, check=True, cwd=ROOT)
 
 
-def main():
+def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--out", help="train every run into this directory")
   p.add_argument("--only", nargs="*", help="names of RUNS to train (default: all)")
   p.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"))
-  a = p.parse_args()
+  a = p.parse_args(argv)
   if a.compare:
     sys.exit(compare(*a.compare))
   if not a.out:
@@ -109,4 +109,6 @@ def main():
 
 
 if __name__ == "__main__":
-  main()
+  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  from evqa_jax import cli  # pylint: disable=g-import-not-at-top
+  sys.exit(cli.run(main))

@@ -90,7 +90,7 @@ def launch(argv: Sequence[str], num_processes: int, devices_per_process: int | N
   return [p.returncode for p in procs], ["".join(lines) for lines in outputs]
 
 
-def main():
+def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--num_processes", type=int, required=True)
   parser.add_argument("--devices_per_process", type=int, default=None,
@@ -98,7 +98,7 @@ def main():
   parser.add_argument("--port", type=int, default=None, help="coordinator port (default: a free one)")
   parser.add_argument("--timeout", type=float, default=None, help="seconds before all processes are killed")
   parser.add_argument("script", nargs=argparse.REMAINDER, help="-- script.py [its flags]")
-  args = parser.parse_args()
+  args = parser.parse_args(argv)
   script = args.script[1:] if args.script[:1] == ["--"] else args.script
   if not script:
     parser.error("give the script to run after --, e.g. -- launch/train.py --config=... --workdir=...")
@@ -109,4 +109,6 @@ def main():
 
 
 if __name__ == "__main__":
-  main()
+  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  from evqa_jax import cli  # pylint: disable=g-import-not-at-top
+  sys.exit(cli.run(main))

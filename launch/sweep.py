@@ -67,4 +67,5 @@ def main(argv):
 
 if __name__ == "__main__":
   _argv, _POINT_OVERRIDES[:] = split_point_overrides(sys.argv)
-  app.run(main, argv=_argv)
+  from evqa_jax import cli
+  sys.exit(cli.run_absl(main, _argv))

@@ -44,4 +44,5 @@ def main(argv):
 if __name__ == "__main__":
   from evqa_jax.train import overrides
   overrides.exit_on_bad_overrides(sys.argv[1:])
-  app.run(main)
+  from evqa_jax import cli
+  sys.exit(cli.run_absl(main))

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from evqa_jax import cli
 from data_prep import answer_stats
 from data_prep import features as features_lib
 from data_prep import ovqa
@@ -92,7 +93,7 @@ def test_convert_and_read_back(release, tmp_path, fmt):
     features_lib.save_feature_dict(feature_file, feats)
   out = tmp_path / "out"
   summary = ovqa.convert(str(raw), feature_file, str(out), subtitles=str(raw / "subtitles.json"), num_frames=T,
-                         cvqa_topk=2, verbose=False)
+                         cvqa_topk=2, trust_pickles=fmt == "npy", verbose=False)
   assert {s: summary[s]["converted"] for s in summary} == {"train": 6, "val": 2, "test": 4}
   subs = {"v_long": "hello there", "v_25": "first line second"}
   for split, rows in (("train", TRAIN), ("val", VAL), ("test", TEST)):
@@ -138,7 +139,8 @@ def test_int_keys_and_missing_optional_columns(tmp_path):
   feats = {7010: np.ones((4, 8), np.float16), 7011: np.full((12, 8), 2, np.float16)}
   np.save(raw / "f.npy", feats, allow_pickle=True)
   out = tmp_path / "out"
-  ovqa.convert(str(raw), str(raw / "f.npy"), str(out), num_frames=5, feature_dim=8, verbose=False)
+  ovqa.convert(str(raw), str(raw / "f.npy"), str(out), num_frames=5, feature_dim=8, trust_pickles=True,
+               verbose=False)
   test = _read_split(out, "test")
   assert [ex["question_type"] for ex in test] == [-1, -1]
   assert [ex["id"] for ex in test] == ["0", "1"]  # row index when the CSV has no id column
@@ -264,9 +266,9 @@ def test_cli_prints_counts_and_table(release, tmp_path, capsys):
   _set_cell(raw / "train.csv", 0, "video_id", "v_missing")
   out = tmp_path / "out"
   args = ["--csv-dir", str(raw), "--features", str(raw / "features.npz"), "--out", str(out)]
-  assert ovqa.main(args) == 1
+  assert cli.run(ovqa.main, args) == 2
   assert "unknown video id 'v_missing'" in capsys.readouterr().err
-  assert ovqa.main(args + ["--skip-bad", "--subtitles", str(raw / "subtitles.json")]) == 0
+  assert cli.run(ovqa.main, args + ["--skip-bad", "--subtitles", str(raw / "subtitles.json")]) == 0
   printed = capsys.readouterr().out
   assert "train: converted 5 of 6 rows, skipped 1 (unknown_video: 1)" in printed
   assert "test: converted 4 of 4 rows, skipped 0 (none)" in printed

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from evqa_jax import cli
 from data_prep import st_evidence, synthetic_evqa
 from evqa_jax.data import records
 from evqa_jax.data.source import TFRecordDataSource
@@ -303,7 +304,7 @@ def test_allow_missing_masks_and_cli(tmp_path, capsys):
   argv = ["--csv", str(raw / "test.csv"), "--frames", str(raw / "frames"), "--masks", str(raw / "gt_masks"),
           "--instruct-json", str(raw / "instruct"), "--num-frames", "4", "--frame-size", str(H), str(W),
           "--out", str(out)]
-  assert st_evidence.main(argv) == 1
+  assert cli.run(st_evidence.main, argv) == 2
   assert "'e2'" in capsys.readouterr().err
   assert st_evidence.main(argv + ["--skip-bad"]) == 0
   assert "test: converted 1 entries, skipped 1 (missing_masks=1)" in capsys.readouterr().out

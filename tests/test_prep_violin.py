@@ -9,6 +9,7 @@ import h5py
 import numpy as np
 import pytest
 
+from evqa_jax import cli
 from data_prep import synthetic_violin, violin
 from evqa_jax.data import records
 from evqa_jax.data.source import TFRecordDataSource
@@ -123,7 +124,8 @@ def test_bad_input(tmp_path, name, entry, feats, reason, fragments):
 
 def test_cli_prints_counts_and_errors(tmp_path, capsys):
   a, h = _write(tmp_path, {"c": _clip("train"), "d": _clip("train")}, {"c": np.ones((2, 4))})
-  assert violin.main(["--annotation", a, "--features", h, "--feature-dim", "4", "--out", str(tmp_path / "o")]) == 1
+  assert cli.run(violin.main, ["--annotation", a, "--features", h, "--feature-dim", "4",
+                               "--out", str(tmp_path / "o")]) == 2
   assert "clip id 'd'" in capsys.readouterr().err
   assert violin.main(["--annotation", a, "--features", h, "--feature-dim", "4", "--skip-bad",
                       "--out", str(tmp_path / "o")]) == 0

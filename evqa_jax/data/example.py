@@ -128,11 +128,31 @@ def _validate_numeric(name: str, feature: Feature, value: Any, where: str | None
     lo, hi = _INT_RANGES[feature.dtype]
     if int(arr.min()) < lo or int(arr.max()) > hi:
       raise ValueError(f"{_ctx(name, where)}: values outside the {feature.dtype} range [{lo}, {hi}]")
-  if feature.dtype in ("float32", "float16") and arr.dtype.kind == "f" and arr.size:
+  if feature.dtype in ("float32", "float16") and arr.size:
+    # Checked after the cast to the storage dtype: 1e6 is finite in float32 but inf in float16.
     cast = arr.astype(feature.dtype)
-    if not np.all(np.isfinite(cast) | ~np.isfinite(arr)):
-      raise ValueError(f"{_ctx(name, where)}: values overflow {feature.dtype}")
+    if not np.all(np.isfinite(cast)):
+      bad = np.argwhere(~np.isfinite(cast))[0]
+      raise ValueError(f"{_ctx(name, where)}: value {arr[tuple(bad)]!r} at {tuple(int(i) for i in bad)} is not "
+                       f"finite as {feature.dtype} (NaN, inf, or beyond the dtype's range)")
   return arr
+
+
+def validate_example(example: Mapping[str, Any], spec: Mapping[str, Feature], where: str | None = None) -> None:
+  """The checks of `encode_example` without serializing: fields, dtype kinds, values after the cast to the storage
+  dtype (finite floats, ints in range) and shapes. ValueError naming the field and `where`."""
+  missing = sorted(set(spec) - set(example))
+  extra = sorted(set(example) - set(spec))
+  if missing:
+    raise ValueError(f"{_ctx(missing[0], where)}: missing (spec fields missing from example: {missing})")
+  if extra:
+    raise ValueError(f"{_ctx(extra[0], where)}: not in the spec (extra fields: {extra})")
+  for name in sorted(spec):
+    feature = spec[name]
+    if feature.dtype == "string":
+      _check_shape(name, feature, _as_string_array(name, example[name], where).shape, where)
+    else:
+      _check_shape(name, feature, _validate_numeric(name, feature, example[name], where).shape, where)
 
 
 def encode_example(example: Mapping[str, Any], spec: Mapping[str, Feature], where: str | None = None) -> bytes:

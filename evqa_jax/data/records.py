@@ -128,6 +128,23 @@ def split_paths(data_dir: str, split: str) -> list[str]:
   return [os.path.abspath(p) for p in paths]
 
 
+def expected_shard_sizes(paths) -> dict[str, int]:
+  """{shard path: number of records metadata.json says it holds} for the shards that a metadata.json next to them
+  lists (readers compare it with the shard's .idx: a damaged or short index must not shrink the dataset)."""
+  out, metas = {}, {}
+  for p in paths:
+    d, name = os.path.split(os.path.abspath(p))
+    if d not in metas:
+      try:
+        metas[d] = {s: n for e in load_metadata(d).get("splits", {}).values()
+                    for s, n in zip(e.get("shards", []), e.get("shard_sizes", []))}
+      except ValueError:
+        metas[d] = {}
+    if name in metas[d]:
+      out[p] = int(metas[d][name])
+  return out
+
+
 def _spool(examples: Iterable[dict], spec, split: str, tmp_dir: str):
   """Encodes an iterable of unknown length into one temporary TFRecord; returns (path, count)."""
   fd, path = tempfile.mkstemp(prefix=f".{split}.spool.", suffix=".tmp", dir=tmp_dir)

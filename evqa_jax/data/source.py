@@ -96,8 +96,19 @@ class TFRecordDataSource:
     self.on_corrupt = on_corrupt
     self.skipped: list[tuple[str, int, str]] = []
     per_file = []
+    expected = records.expected_shard_sizes(self.paths)
     for p in self.paths:
-      per_file.append(_check_file(p, self.skipped) if on_corrupt == "skip" else tfrecord.load_index(p))
+      if on_corrupt == "skip":  # corrupt records are dropped, so the count may legitimately be smaller
+        per_file.append(_check_file(p, self.skipped))
+        continue
+      offsets = tfrecord.load_index(p)
+      if p in expected and len(offsets) != expected[p]:
+        where = tfrecord.index_path(p) if os.path.exists(tfrecord.index_path(p)) else p
+        raise ValueError(
+            f"{where} lists {len(offsets)} records but {os.path.join(os.path.dirname(p), records.METADATA_FILE)} "
+            f"says shard {os.path.basename(p)} holds {expected[p]}: the index (or shard) is damaged or short. "
+            "Delete the .idx to rebuild it by scanning the shard, or convert the data again")
+      per_file.append(offsets)
     if self.skipped:
       logging.warning("TFRecordDataSource: skipped %d corrupt record(s): %s", len(self.skipped),
                       "; ".join(f"{p} @ byte {o}: {r}" for p, o, r in self.skipped))

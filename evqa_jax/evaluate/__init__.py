@@ -14,7 +14,6 @@ Metrics come from `evqa_jax.metrics` (which never imports this package); file re
 written atomically through `evqa_jax.io`. NaN (a metric with an empty denominator) is written as JSON null.
 """
 
-import json
 import math
 from typing import Any
 
@@ -34,13 +33,8 @@ def json_safe(obj: Any) -> Any:
 
 def load_json_object(path: str, what: str, expected: str) -> dict:
   """Reads a JSON file that must hold an object; errors name `what`, the path and the `expected` layout."""
-  try:
-    with open(path) as f:
-      raw = json.load(f)
-  except FileNotFoundError:
-    raise FileNotFoundError(f"{what} {path} does not exist") from None
-  except json.JSONDecodeError as e:
-    raise ValueError(f"{what} {path}: not valid JSON ({e})") from None
+  from evqa_jax import io  # pylint: disable=g-import-not-at-top
+  raw = io.load_json(path, what)  # UTF-8 and finite 64-bit numbers, errors name the file, line and field
   if not isinstance(raw, dict):
     raise ValueError(f"{what} {path}: expected an object {expected}, got {type(raw).__name__}")
   return raw

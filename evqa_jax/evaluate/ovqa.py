@@ -42,6 +42,7 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
+from evqa_jax import cli
 from evqa_jax import io
 from evqa_jax.evaluate import json_safe, load_json_object
 from evqa_jax.metrics import ovqa as ovqa_metrics_lib
@@ -53,7 +54,7 @@ def _read_csv(path: str, columns: Sequence[str], what: str) -> pd.DataFrame:
   if not os.path.isfile(path):
     raise FileNotFoundError(f"{what} {path} does not exist")
   try:
-    df = pd.read_csv(path, dtype=str, keep_default_na=False)
+    df = pd.read_csv(io.text_stream(path, what), dtype=str, keep_default_na=False)
   except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
     raise ValueError(f"{what} {path}: cannot parse CSV ({e})") from None
   missing = [c for c in columns if c not in df.columns]
@@ -275,4 +276,4 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
 
 
 if __name__ == "__main__":
-  main(sys.argv[1:])
+  sys.exit(cli.run(main))

@@ -46,6 +46,7 @@ import numpy as np
 import pandas as pd
 from PIL import Image
 
+from evqa_jax import cli
 from evqa_jax import io
 from evqa_jax.evaluate import json_safe, load_json_object
 from evqa_jax.metrics import st_evidence as st
@@ -63,7 +64,7 @@ def read_gt_csv(path: str) -> list[dict[str, Any]]:
   if not os.path.isfile(path):
     raise FileNotFoundError(f"ground-truth CSV {path} does not exist")
   try:
-    df = pd.read_csv(path, dtype=str, keep_default_na=False)
+    df = pd.read_csv(io.text_stream(path, "ground-truth CSV"), dtype=str, keep_default_na=False)
   except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
     raise ValueError(f"ground-truth CSV {path}: cannot parse CSV ({e})") from None
   missing = [c for c in GT_COLUMNS if c not in df.columns]
@@ -73,8 +74,7 @@ def read_gt_csv(path: str) -> list[dict[str, Any]]:
   for line, rec in enumerate(df.to_dict("records"), start=2):
     entry_id = str(rec["entry_id"])  # verbatim: the official script matches ids without stripping
     where = f"ground-truth CSV {path} line {line} (entry {entry_id})"
-    if not entry_id.strip():
-      raise ValueError(f"{where}: empty entry_id")
+    io.check_id(entry_id, f"{where}: field 'entry_id'", "entry id")  # names <gt-masks>/<entry_id>/
     if entry_id in seen:
       raise ValueError(f"{where}: entry_id appears twice")
     seen.add(entry_id)
@@ -314,4 +314,4 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
 
 
 if __name__ == "__main__":
-  main(sys.argv[1:])
+  sys.exit(cli.run(main))

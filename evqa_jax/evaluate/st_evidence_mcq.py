@@ -54,6 +54,7 @@ from typing import Any, Optional, Sequence
 
 import pandas as pd
 
+from evqa_jax import cli
 from evqa_jax import io
 from evqa_jax.evaluate import json_safe, load_json_object
 from evqa_jax.metrics import st_evidence as st
@@ -270,4 +271,4 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
 
 
 if __name__ == "__main__":
-  main(sys.argv[1:])
+  sys.exit(cli.run(main))

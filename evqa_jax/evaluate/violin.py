@@ -28,6 +28,7 @@ import math
 import sys
 from typing import Any, Optional, Sequence
 
+from evqa_jax import cli
 from evqa_jax import io
 from evqa_jax.evaluate import json_safe, load_json_object
 from evqa_jax.metrics import violin as violin_lib
@@ -134,4 +135,4 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
 
 
 if __name__ == "__main__":
-  main(sys.argv[1:])
+  sys.exit(cli.run(main))

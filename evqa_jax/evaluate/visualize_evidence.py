@@ -21,6 +21,8 @@ from typing import Optional, Sequence
 import numpy as np
 from PIL import Image
 
+from evqa_jax import cli
+from evqa_jax import io as io_lib
 from evqa_jax.data import records
 from evqa_jax.data import source as source_lib
 from evqa_jax.metrics import st_evidence as st
@@ -50,7 +52,7 @@ def find_records(records_dir: str, entry_ids: Sequence[str]) -> dict[str, dict]:
 
 def read_pred_mask(pred_masks: str, entry_id: str, frame: int, size) -> Optional[np.ndarray]:
   """The predicted mask of a 6-fps frame resized to `size` (H, W), or None when no PNG was written for it."""
-  d = os.path.join(pred_masks, entry_id, "masks")
+  d = os.path.join(pred_masks, io_lib.check_id(entry_id, f"--pred-masks {pred_masks}", "entry id"), "masks")
   if not os.path.isdir(d):
     return None
   for name in os.listdir(d):
@@ -129,7 +131,6 @@ def render(records_dir: str, pred_json: str, pred_masks: str, entry_ids: Sequenc
     true_answer = candidates[int(ex["answer_index"])]
     ax.set_xlabel(f"seconds    |    {ex['question']}  predicted: {pred_answer}  true: {true_answer}", fontsize=8)
   os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-  from evqa_jax import io as io_lib  # pylint: disable=g-import-not-at-top
   with io_lib.atomic_path(out) as tmp:
     fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
   plt.close(fig)
@@ -145,7 +146,8 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
   p.add_argument("--out", required=True, help="PNG to write")
   p.add_argument("--num-frames", type=int, default=8, help="frames shown per entry")
   a = p.parse_args(argv)
-  entries = [e.strip() for e in a.entries.split(",") if e.strip()]
+  entries = [io_lib.check_id(e.strip(), f"--entries item {k}", "entry id")
+             for k, e in enumerate(a.entries.split(",")) if e.strip()]
   if not entries:
     p.error("--entries is empty")
   path = render(a.records, a.pred, a.pred_masks, entries, a.out, a.num_frames)
@@ -154,4 +156,4 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
 
 
 if __name__ == "__main__":
-  main(sys.argv[1:])
+  sys.exit(cli.run(main))

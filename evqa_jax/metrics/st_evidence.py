@@ -89,6 +89,8 @@ def parse_segments(value: Any, where: str = "segments") -> list[tuple[float, flo
       if not isinstance(seg, list) or len(seg) < 2:
         raise TypeError
       s, e = _pair(seg[0], seg[1])
+    except OverflowError:  # an integer beyond float range
+      s = e = math.inf
     except (TypeError, ValueError):
       raise ValueError(f"{where}: segment {seg!r} is not a [start, end] pair of numbers (in {value!r})") from None
     if not (math.isfinite(s) and math.isfinite(e)):

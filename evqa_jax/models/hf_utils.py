@@ -4,13 +4,14 @@ The encoders (`bert.py`, `deberta_v2.py`) name their parameters after the Huggin
 checkpoint is a renaming plus a few reshapes. This module holds everything that is not model specific:
 
 Reading (checkpoint -> flat numpy dict keyed by the PyTorch state-dict name):
-  `read_checkpoint(path, state_dict_key=None, trusted=False) -> dict[str, np.ndarray]`
+  `read_checkpoint(path, state_dict_key=None, trust_pickles=False, safe_globals=()) -> dict[str, np.ndarray]`
       `path` is a directory (looks for model.safetensors, model.safetensors.index.json, pytorch_model.bin,
       pytorch_model.bin.index.json, in that order) or a file (*.safetensors, or anything torch.load reads:
       *.bin / *.pt / *.pth). Floating tensors come back as float32 numpy arrays (bf16/fp16 are upcast), integer
       buffers keep their dtype. safetensors files are parsed directly (no torch needed, bf16 supported).
-      PyTorch pickles need torch; they are loaded with `weights_only=True` unless `trusted=True` (needed for
-      training checkpoints that pickle e.g. an argparse Namespace, such as FrozenBiLM's).
+      PyTorch pickles need torch; they are loaded with `weights_only=True` (tensors, containers, numbers, strings,
+      plus the classes in `safe_globals`, e.g. argparse.Namespace for FrozenBiLM's training checkpoints) through
+      `evqa_jax.io.torch_load`; anything else is refused unless `trust_pickles=True` (unsafe: runs code).
       `state_dict_key`: for training checkpoints that nest the weights ({"model": state_dict, "optimizer": ...});
       by default a top-level "model" / "state_dict" / "module" entry holding a dict of tensors is unwrapped.
   `strip_prefix(ckpt, prefix)`: drops a prefix such as "bert." / "deberta." from the keys that carry it.
@@ -45,6 +46,8 @@ import struct
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
+
+from evqa_jax import io as evqa_io
 
 SAFETENSORS_NAMES = ("model.safetensors", "model.safetensors.index.json")
 TORCH_NAMES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
@@ -106,18 +109,18 @@ def _torch_to_numpy(value, path: str, name: str) -> np.ndarray:
     raise ValueError(f"{path}: tensor {name!r} of dtype {value.dtype} cannot be converted to numpy") from e
 
 
-def _read_torch(path: str, state_dict_key: Optional[str], trusted: bool) -> Dict[str, np.ndarray]:
+def _read_torch(path: str, state_dict_key: Optional[str], trust_pickles: bool,
+                safe_globals=()) -> Dict[str, np.ndarray]:
   try:
     import torch  # pylint: disable=g-import-not-at-top
   except ImportError as e:
     raise ImportError(f"{path}: reading a PyTorch checkpoint needs torch (pip install torch)") from e
   try:
-    obj = torch.load(path, map_location="cpu", weights_only=not trusted)
-  except Exception as e:  # torch raises a zoo of types for unpickling failures
-    hint = ("" if trusted else
-            " (if it pickles non-tensor objects, e.g. training arguments, and you trust the file, "
-            "pass trusted=True)")
-    raise ValueError(f"{path}: cannot load PyTorch checkpoint: {e}{hint}") from e
+    obj = evqa_io.torch_load(path, trust_pickles, safe_globals)
+  except evqa_io.UnsafeInputError:
+    raise
+  except Exception as e:  # torch raises a zoo of types for unreadable files
+    raise ValueError(f"{path}: cannot load PyTorch checkpoint: {e}") from e
   if state_dict_key is not None:
     if not isinstance(obj, Mapping) or state_dict_key not in obj:
       keys = list(obj)[:20] if isinstance(obj, Mapping) else type(obj).__name__
@@ -192,11 +195,11 @@ def resolve_checkpoint_file(path: str) -> str:
   return path
 
 
-def read_checkpoint(path: str, state_dict_key: Optional[str] = None,
-                    trusted: bool = False) -> Dict[str, np.ndarray]:
+def read_checkpoint(path: str, state_dict_key: Optional[str] = None, trust_pickles: bool = False,
+                    safe_globals=()) -> Dict[str, np.ndarray]:
   """Reads a checkpoint directory or file into {state-dict name: numpy array}; see the module docstring."""
   file = resolve_checkpoint_file(path)
-  torch_reader = lambda p: _read_torch(p, state_dict_key, trusted)
+  torch_reader = lambda p: _read_torch(p, state_dict_key, trust_pickles, safe_globals)
   if file.endswith(".safetensors"):
     return _read_safetensors(file)
   if file.endswith(".safetensors.index.json"):

@@ -15,6 +15,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from evqa_jax.data import pipeline
+from evqa_jax.train import safeguards
 from evqa_jax.train import workdir as workdir_lib
 
 
@@ -34,14 +35,16 @@ class CheckpointMismatchError(ValueError):
 
 
 def save_checkpoint(mngr: ocp.CheckpointManager, step: int, state, train_iter, identity: dict) -> None:
+  checksums = safeguards.state_checksums(state)  # verified on restore: damaged array data is not used silently
   mngr.save(step, args=ocp.args.Composite(
       state=ocp.args.StandardSave(state), data=pipeline.checkpoint_args_save(train_iter),
-      meta=ocp.args.JsonSave({"step": int(step), "identity": identity})))
+      meta=ocp.args.JsonSave({"step": int(step), "identity": identity, "checksums": checksums})))
 
 
 def _restore_step(mngr, step: int, state, train_iter, identity: dict):
   """Restores `step` into (state, train_iter). The state is read first: a damaged state never touches the iterator."""
   step_dir = os.path.join(os.fspath(mngr.directory), str(step))
+  meta = {}
   if os.path.isdir(os.path.join(step_dir, "meta")):
     meta = mngr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
     if not isinstance(meta, dict) or "identity" not in meta:
@@ -52,6 +55,7 @@ def _restore_step(mngr, step: int, state, train_iter, identity: dict):
           f"checkpoint {step_dir} was written by another experiment; it differs in {'; '.join(diffs)}. "
           "Use a new --workdir or delete that one")
   restored = mngr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(_abstract(state))))
+  safeguards.verify_checksums(restored["state"], meta.get("checksums"), step_dir)
   try:
     mngr.restore(step, args=ocp.args.Composite(data=pipeline.checkpoint_args_restore(train_iter)))
   except ValueError as e:

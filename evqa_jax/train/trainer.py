@@ -19,7 +19,7 @@ import numpy as np
 from evqa_jax import io as io_lib
 from evqa_jax import projects as tasks_lib
 from evqa_jax.data import pipeline
-from evqa_jax.train import checkpointing, durations, evaluation, partition, sharding
+from evqa_jax.train import checkpointing, durations, evaluation, partition, safeguards, sharding
 from evqa_jax.train import history as history_lib
 from evqa_jax.train import steps as steps_lib
 from evqa_jax.train import workdir as workdir_lib
@@ -61,9 +61,16 @@ def _check_eval_splits(task, config) -> None:
 
 
 def train_and_evaluate(config, workdir: str) -> dict:
-  """Trains `config.task` in `workdir`, evaluating every `eval_every_steps` and at the end. Returns the last metrics."""
+  """Trains `config.task` in `workdir`, evaluating every `eval_every_steps` and at the end. Returns the last metrics.
+
+  One run per workdir at a time (safeguards.workdir_lock)."""
   workdir = os.path.abspath(workdir)
   os.makedirs(workdir, exist_ok=True)
+  with safeguards.workdir_lock(workdir):
+    return _train_and_evaluate(config, workdir)
+
+
+def _train_and_evaluate(config, workdir: str) -> dict:
   workdir_lib.check_workdir(config, workdir)
   identity = workdir_lib.config_identity(config)
   is_main = jax.process_index() == 0
@@ -127,9 +134,32 @@ def train_and_evaluate(config, workdir: str) -> dict:
   eval_aux_dev = {}
   progress = writers_lib.Progress(total_steps, start_step)
   last_metrics = {}
-  last_row = {}
+  # A resumed run starts from what the workdir holds: its last logged row, and the evaluations of the restored step
+  # (redone below when a kill interrupted them), so final_metrics.json equals an uninterrupted run's.
+  last_row = safeguards.last_history_row(history.path) if start_step else {}
   step = start_step
+
+  def run_evals(step, reuse=False):
+    for split in config.data.eval_splits:
+      done = safeguards.completed_eval(workdir, split, step) if reuse else None
+      if done is not None:
+        last_metrics[split] = done
+        continue
+      if split not in eval_aux_dev:
+        eval_aux_dev[split] = put_aux(task.aux_inputs(split))
+      out_dir = os.path.join(workdir, "eval", f"{split}_step{step}")
+      t0 = time.time()
+      results = evaluation.evaluate_split(task, steps, state, eval_aux_dev[split], split, config, batch_shard, out_dir)
+      if is_main:
+        scalars = {f"{split}/{k}": v for k, v in results.items() if isinstance(v, (int, float))}
+        writer.write_scalars(step, scalars)
+        io_lib.write_json(os.path.join(workdir, "eval", f"{split}_metrics.json"), {"step": step, **results})
+        print(writers_lib.format_metrics(f"eval {split} @ step {step} ({time.time() - t0:.1f}s)", results),
+              flush=True)
+        last_metrics[split] = results
   with steps.context():
+    if start_step and (start_step % eval_every == 0 or start_step == total_steps):
+      run_evals(start_step, reuse=True)
     while step < total_steps:
       local = next(train_iter)
       batch = sharding.global_batch(local, batch_shard)
@@ -147,19 +177,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
       if step % ckpt_every == 0 or step == total_steps:
         checkpointing.save_checkpoint(mngr, step, state, train_iter, identity)
       if step % eval_every == 0 or step == total_steps:
-        for split in config.data.eval_splits:
-          if split not in eval_aux_dev:
-            eval_aux_dev[split] = put_aux(task.aux_inputs(split))
-          out_dir = os.path.join(workdir, "eval", f"{split}_step{step}")
-          t0 = time.time()
-          results = evaluation.evaluate_split(task, steps, state, eval_aux_dev[split], split, config, batch_shard, out_dir)
-          if is_main:
-            scalars = {f"{split}/{k}": v for k, v in results.items() if isinstance(v, (int, float))}
-            writer.write_scalars(step, scalars)
-            io_lib.write_json(os.path.join(workdir, "eval", f"{split}_metrics.json"), {"step": step, **results})
-            print(writers_lib.format_metrics(f"eval {split} @ step {step} ({time.time() - t0:.1f}s)", results),
-                  flush=True)
-            last_metrics[split] = results
+        run_evals(step)
   mngr.wait_until_finished()
   mngr.close()
   train_iter.close()

@@ -104,7 +104,7 @@ def write_gen_predictions(entries: list[dict], out_dir: str) -> tuple[str, str]:
   for e in entries:
     obj[e["entry_id"]] = {"video_id": e["video_id"],
                           "parsed_response": {"answer": e["answer"], "segments": [list(s) for s in e["segments"]]}}
-    mdir = os.path.join(mask_root, e["entry_id"], "masks")
+    mdir = os.path.join(mask_root, io_lib.check_id(e["entry_id"], f"predictions in {out_dir}", "entry id"), "masks")
     os.makedirs(mdir, exist_ok=True)
     for frame, mask in sorted(e["masks"].items()):
       write_mask_png(os.path.join(mdir, f"{int(frame):05d}.png"), mask)

@@ -71,7 +71,7 @@ class Task(base.Task):
         raise ValueError("config.pretrained.init_from loads a FrozenBiLM checkpoint, which holds a DeBERTa-v2: set "
                          "config.model.encoder = 'deberta_v2'")
       lm, report = deberta_v2.load_frozenbilm_checkpoint(self.encoder_config, os.path.expanduser(init_from),
-                                                         params["lm"])
+                                                         params["lm"], trust_pickles=self.config.trust_pickles)
       print(f"Initialised from FrozenBiLM checkpoint {init_from}: {str(report).splitlines()[0]}", flush=True)
       params["lm"] = lm
     return params

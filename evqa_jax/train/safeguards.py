@@ -1,0 +1,101 @@
+"""What keeps a training run from reporting success with something missing or wrong.
+
+- `workdir_lock`: one run per workdir at a time (a second one is refused, naming the holder's pid).
+- `state_checksums` / `verify_checksums`: a checksum per array of the train state, stored with every checkpoint
+  and checked on restore, so a flipped byte inside array data is a damaged checkpoint (the trainer's fall-back to
+  the previous checkpoint applies), not a silently wrong weight.
+- `completed_eval` / `last_history_row`: what a resumed (or rerun, finished) workdir already holds, so an evaluation
+  due at the restored step is redone when it did not finish, and final_metrics.json never loses eval/train.
+"""
+
+import contextlib
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from evqa_jax import io as io_lib
+
+LOCK_FILE = ".workdir.lock"
+
+
+@contextlib.contextmanager
+def workdir_lock(workdir: str):
+  """Holds <workdir>/.workdir.lock (process 0 of a job) for the run; RuntimeError when another run holds it."""
+  if jax.process_index() != 0:
+    yield
+    return
+  try:
+    with io_lib.file_lock(os.path.join(workdir, LOCK_FILE), wait=False):
+      yield
+  except io_lib.LockedError as e:
+    raise RuntimeError(f"workdir {workdir} is in use by another training run ({e}); wait for it to finish or use "
+                       "another --workdir (two runs in one workdir would mix their checkpoints and history)") from None
+
+
+# Odd multipliers: a change in one element always changes the sum (mod 2^32). Integer sums are exact and
+# order-free, so the checksum does not depend on the mesh or the sharding that wrote or reads the state.
+_MULT = 2654435761
+
+
+def _leaf_checksum(x):
+  if x.dtype == jnp.bool_:
+    bits = x.astype(jnp.uint32)
+  else:
+    unsigned = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32}[x.dtype.itemsize]
+    bits = jax.lax.bitcast_convert_type(x, unsigned).astype(jnp.uint32)
+  flat = bits.reshape(-1)
+  weights = (jnp.arange(flat.size, dtype=jnp.uint32) * jnp.uint32(_MULT)) | jnp.uint32(1)
+  return jnp.sum(flat * weights, dtype=jnp.uint32)
+
+
+@jax.jit
+def _checksums(leaves):
+  return [_leaf_checksum(x) for x in leaves]
+
+
+def state_checksums(state) -> dict:
+  """{array path: uint32 checksum of its bits} for every array of a (sharded) train state."""
+  paths, leaves = zip(*jax.tree_util.tree_leaves_with_path(state)) if jax.tree.leaves(state) else ((), ())
+  sums = _checksums(list(leaves))
+  return {jax.tree_util.keystr(p): int(np.asarray(s.addressable_data(0))) for p, s in zip(paths, sums)}
+
+
+class ChecksumMismatchError(RuntimeError):
+  """A restored array differs from the one that was saved (damaged checkpoint data)."""
+
+
+def verify_checksums(state, expected, step_dir: str) -> None:
+  """Raises ChecksumMismatchError naming the first damaged array; checkpoints saved without checksums pass."""
+  if not expected:
+    return
+  got = state_checksums(state)
+  bad = sorted(k for k in set(expected) | set(got) if expected.get(k) != got.get(k))
+  if bad:
+    raise ChecksumMismatchError(f"checkpoint {step_dir}: {len(bad)} array(s) do not match their saved checksum "
+                                f"(first: {bad[0]}); the checkpoint data is damaged")
+
+
+def completed_eval(workdir: str, split: str, step: int):
+  """The results of split's evaluation at `step` when <workdir>/eval/<split>_metrics.json holds it, else None."""
+  path = os.path.join(workdir, "eval", f"{split}_metrics.json")
+  try:
+    with open(path) as f:
+      saved = json.load(f)
+  except (OSError, ValueError):
+    return None
+  if not isinstance(saved, dict) or saved.get("step") != step:
+    return None
+  return {k: v for k, v in saved.items() if k != "step"}
+
+
+def last_history_row(path: str) -> dict:
+  """The last row of train_history.jsonl ({} when there is none), as the training loop logged it."""
+  try:
+    with open(path) as f:
+      lines = [line for line in f.read().split("\n") if line.strip()]
+  except OSError:
+    return {}
+  return json.loads(lines[-1]) if lines else {}
