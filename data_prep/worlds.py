@@ -57,7 +57,7 @@ def main(argv) -> None:
 
 if __name__ == "__main__":
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  from absl import app  # pylint: disable=g-import-not-at-top
   from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
+  from evqa_jax import cli  # pylint: disable=g-import-not-at-top
   config_flags.DEFINE_config_file("config", None, "Experiment config file (configs/<name>.py[:variant]).")
-  app.run(main)
+  sys.exit(cli.run_absl(main))

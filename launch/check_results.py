@@ -41,4 +41,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  from evqa_jax import cli  # noqa: E402
+  sys.exit(cli.run(main))
