@@ -38,10 +38,12 @@ CATEGORIES = ovqa_metrics_lib.CATEGORIES
 
 
 def _read_csv(path: str, columns: Sequence[str], what: str) -> pd.DataFrame:
-  if not os.path.isfile(path):
+  file = io.epath_of(path)  # local, or gs://... next to the records
+  if not file.is_file():
     raise FileNotFoundError(f"{what} {path} does not exist")
   try:
-    df = pd.read_csv(path, dtype=str, keep_default_na=False)
+    with file.open("rb") as f:
+      df = pd.read_csv(f, dtype=str, keep_default_na=False)
   except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
     raise ValueError(f"{what} {path}: cannot parse CSV ({e})") from None
   missing = [c for c in columns if c not in df.columns]

@@ -79,7 +79,8 @@ class OVQATask(base.Task):
     super().__init__(config)
     data_dir = config.data.dir
     self.data_dir = data_dir
-    if not os.path.exists(os.path.join(data_dir, "metadata.json")):
+    root = io_lib.epath_of(data_dir)  # local or gs://...: read through etils.epath
+    if not (root / "metadata.json").exists():
       if config.data.synthetic:
         from data_prep import synthetic_ovqa
         synthetic_ovqa.ensure_world(os.path.dirname(os.path.abspath(data_dir)), preset=config.data.synthetic)
@@ -90,8 +91,7 @@ class OVQATask(base.Task):
             f"--out {data_dir}\n  python data_prep/answer_graphs.py --data {data_dir}\n"
             "or run the demo variant (--config=configs/ovqa_msrvtt.py:demo) on the built-in synthetic world.")
     self.metadata = records.load_metadata(data_dir)
-    with open(os.path.join(data_dir, "vocab.json")) as f:
-      self.vocab = json.load(f)
+    self.vocab = json.loads((root / "vocab.json").read_text())
     self.train_counts = self.vocab["train_counts"]
     mc = config.model
     self.pretrained_dir = pretrained.resolve(mc.pretrained) if mc.pretrained else None
@@ -137,8 +137,8 @@ class OVQATask(base.Task):
     if self.use_graph:
       from evqa_jax.graphs import answer_graph
       for split, name in (("train", "graph_train.npz"), ("eval", "graph_test.npz")):
-        path = os.path.join(data_dir, name)
-        if not os.path.exists(path):
+        path = os.fspath(root / name)
+        if not (root / name).exists():
           raise FileNotFoundError(f"{path} is missing: the verbalizer (config.verbalizer.variant = {vc.variant!r}) "
                                   f"needs answer graphs; build them with `python data_prep/answer_graphs.py --data "
                                   f"{data_dir}`, or set --config.verbalizer.variant=A")
@@ -318,8 +318,8 @@ class OVQATask(base.Task):
 
   # -- evaluation -----------------------------------------------------------------------------------------------
   def split_csv(self, split: str) -> str:
-    path = os.path.join(self.data_dir, f"{split}.csv")
-    if not os.path.exists(path):
+    path = os.fspath(io_lib.epath_of(self.data_dir) / f"{split}.csv")
+    if not io_lib.epath_of(path).exists():
       raise FileNotFoundError(f"{path} is missing: the OVQA converter copies each split's CSV next to the records")
     return path
 
