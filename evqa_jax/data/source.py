@@ -139,7 +139,12 @@ class TFRecordDataSource:
     """The serialized Example of record `index` (CRC-checked)."""
     index = self._check_index(index)
     file_id = int(self._file_ids[index])
-    return tfrecord.read_record(self._handle(file_id), int(self._offsets[index]), self.paths[file_id])
+    path = self.paths[file_id]
+    f = self._handle(file_id)
+    if evqa_io.is_uri(path):  # no positioned read (os.pread) on gs:// files: seek + read, one thread at a time
+      with self._lock:
+        return tfrecord.read_record(f, int(self._offsets[index]), path)
+    return tfrecord.read_record(f, int(self._offsets[index]), path)
 
   def check_tails(self) -> None:
     """Reads the last record of every shard (CRC-checked), so a truncated or damaged file fails when a job starts,
