@@ -136,19 +136,20 @@ class StepFns:
                                   out_shardings=repl)
 
   def context(self):
-    """The logical axis rules under which the steps are traced.
+    """The mesh and logical axis rules under which the steps are traced (and must be called).
 
-    Parameters, batches and outputs carry explicit shardings, which GSPMD propagates through the step. The context
-    mesh (`jax.set_mesh`, which turns every activation `with_logical_constraint` into a constraint) is not entered
-    yet: with it the VIOLIN sharded-vs-single-device test saw frozen parameters move by ~4e-5; see the issue notes.
+    Under the context mesh every `with_logical_constraint` in the modules is a real sharding constraint on the
+    activations (the encoders' [batch, length, embed] states, the verbalizer's [nodes, embed] states, ...);
+    parameters, batches and outputs carry explicit shardings besides. Frozen parameters are passed through the step
+    untouched (no gradient, no optimiser state), so they keep their values bit for bit on any mesh.
     """
     return mesh_context(self.mesh, self.rules)
 
 
 @contextlib.contextmanager
 def mesh_context(mesh, rules):
-  del mesh
-  with nn.logical_axis_rules(sharding.rules_tuple(rules)):
+  """`jax.set_mesh(mesh)` + `nn.logical_axis_rules(rules)`: what big_vision and MaxText wrap every step in."""
+  with jax.set_mesh(mesh), nn.logical_axis_rules(sharding.rules_tuple(rules)):
     yield
 
 
