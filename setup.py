@@ -38,6 +38,9 @@ EXTRAS = {
     # Parity tests against the Hugging Face PyTorch models use a CPU-only torch.
     "test": ["pytest>=8", "torch==2.13.0"],
     "demo": [],
+    # TPU hosts, and AOT compiles for a TPU topology from any host (launch/aot_check.py --topology): the libtpu
+    # that jax 0.10.2 pins (jax[tpu]).
+    "tpu": ["jax[tpu]==0.10.2", "libtpu==0.0.42.*"],
 }
 
 setup(

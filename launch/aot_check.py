@@ -44,6 +44,9 @@ def main(argv):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                                f" --xla_force_host_platform_device_count={FLAGS.fake_cpu_devices}").strip()
     os.environ["JAX_PLATFORMS"] = "cpu"
+  if FLAGS.topology:
+    # Compiling for a TPU topology needs libtpu, not a TPU: waive its host-wide lock (other JAX jobs may hold it).
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
   from evqa_jax.train import aot
   mesh = parse_mesh(FLAGS.mesh) if FLAGS.mesh else None
   report = aot.compile_train_step(FLAGS.config, mesh_shape=mesh, topology=FLAGS.topology)
