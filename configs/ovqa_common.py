@@ -44,6 +44,8 @@ def ovqa_config(dataset: str, arg, cvqa_topk: int) -> ml_collections.ConfigDict:
       # benchmarks and the AOT check do; None: read config.json from `pretrained`.
       shape=None,
       use_adapters=True, adapter_reduction=8, dropout=0.1, dtype="float32",
+      # Memory levers: per-encoder-layer jax.checkpoint policy (none | full | dots_saveable).
+      remat="none",
       head="open", cvqa_topk=cvqa_topk, answer_max_subwords=5,
       trainable=("visual_proj", "adapter", "LayerNorm", "verbalizer", "cvqa_head")))
 

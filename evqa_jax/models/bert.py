@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from evqa_jax.models import hf_utils
+from evqa_jax.models import layers as layers_lib
 from evqa_jax.models.layers import Adapter, VisualProjection
 
 ACTIVATIONS = {
@@ -72,8 +73,10 @@ class BertConfig:
   adapter_dropout: float = 0.1
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
+  remat: str = "none"  # per-layer jax.checkpoint policy: none | full | dots_saveable (layers.REMAT_POLICIES)
 
   def __post_init__(self):
+    layers_lib.check_remat(self.remat)
     # Accept "bfloat16"/"float32" strings from config files; store canonical numpy dtypes (hashable).
     object.__setattr__(self, "dtype", jnp.dtype(self.dtype))
     object.__setattr__(self, "param_dtype", jnp.dtype(self.param_dtype))
@@ -311,7 +314,8 @@ class BertEncoder(nn.Module):
 
   @nn.compact
   def __call__(self, x, mask_bias, deterministic: bool = True, mask_index=None):
-    layers = [BertLayer(self.config, name=f"layer_{i}") for i in range(self.config.num_hidden_layers)]
+    layer_cls = layers_lib.maybe_remat(BertLayer, self.config.remat, static_argnums=(3,))  # deterministic
+    layers = [layer_cls(self.config, name=f"layer_{i}") for i in range(self.config.num_hidden_layers)]
     prev = x
     for layer in layers:
       prev = x

@@ -1,10 +1,36 @@
-"""Layers shared by the encoders: bottleneck adapters and the visual prefix projection."""
+"""Layers shared by the encoders: bottleneck adapters, the visual prefix projection, per-layer rematerialisation."""
 
 from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+
+
+# config.model.remat -> what a rematerialised encoder layer keeps from its forward pass for the backward pass.
+REMAT_POLICIES = {
+    "none": None,                                              # no remat: every intermediate is kept
+    "full": jax.checkpoint_policies.nothing_saveable,          # keep only the layer's inputs; recompute the rest
+    "dots_saveable": jax.checkpoint_policies.dots_saveable,    # keep matmul outputs; recompute the elementwise ops
+}
+
+
+def check_remat(name: str) -> str:
+  if name not in REMAT_POLICIES:
+    raise ValueError(f"config.model.remat = {name!r}: expected one of {sorted(REMAT_POLICIES)}")
+  return name
+
+
+def maybe_remat(layer_cls, name: str, static_argnums: tuple):
+  """`layer_cls`, or its `nn.remat` with the named policy (`static_argnums` count `self` as 0: the Python bools).
+
+  Parameter names and values are unchanged, so checkpoints load either way; the loss and gradients are the same
+  computation, only the activation memory of the backward pass changes.
+  """
+  policy = REMAT_POLICIES[check_remat(name)]
+  if policy is None:
+    return layer_cls
+  return nn.remat(layer_cls, policy=policy, static_argnums=static_argnums)
 
 
 def adapter_init(stddev: float = 1e-3, clip: float = 2e-3):

@@ -262,7 +262,7 @@ class EVQATask(base.Task):
     self.frame_config = frame_config
     visual_dim = 2 * evqa_model.frame_feature_dim(mc.frame_encoder, frame_config)
     overrides = dict(num_visual_tokens=self.num_frames, visual_dim=visual_dim, use_adapters=mc.use_adapters,
-                     adapter_reduction=mc.adapter_reduction, dtype=_DTYPES[mc.dtype])
+                     adapter_reduction=mc.adapter_reduction, remat=mc.remat, dtype=_DTYPES[mc.dtype])
     if mc.dropout is not None:
       overrides.update(hidden_dropout_prob=mc.dropout, attention_probs_dropout_prob=mc.dropout,
                        adapter_dropout=mc.dropout)

@@ -104,7 +104,7 @@ class OVQATask(base.Task):
                        f"{num_frames} frames per video")
     cfg_cls = encoders.config_class(mc.encoder)
     overrides = dict(num_visual_tokens=config.data.num_frames, visual_dim=int(self.metadata.get("feature_dim", 768)),
-                     use_adapters=mc.use_adapters, adapter_reduction=mc.adapter_reduction,
+                     use_adapters=mc.use_adapters, adapter_reduction=mc.adapter_reduction, remat=mc.remat,
                      dtype=_DTYPES[mc.dtype])
     if mc.dropout is not None:
       overrides.update(hidden_dropout_prob=mc.dropout, attention_probs_dropout_prob=mc.dropout,

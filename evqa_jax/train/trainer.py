@@ -167,11 +167,32 @@ def create_state(task, config, mesh, tx):
     param_shardings = sharding.tree_shardings(abstract, mesh, rules)
     params = jax.jit(lambda r: nn.meta.unbox(task.init_params(r)), out_shardings=param_shardings)(rng)
   trainable, frozen = partition.split_params(params, task.trainable_patterns)
+  frozen = frozen_storage(frozen, config)
   opt_state = jax.jit(tx.init, out_shardings=opt_state_shardings(tx, trainable, mesh))(trainable)
   step = jax.jit(lambda: jnp.zeros((), jnp.int32), out_shardings=sharding.replicated(mesh))()
   state = {"step": step,
            "trainable": trainable, "frozen": frozen, "opt_state": opt_state}
   return state, jax.tree.map(lambda x: x.sharding, state)
+
+
+def frozen_storage(frozen, config):
+  """Frozen parameters (arrays or ShapeDtypeStructs) in `config.frozen_param_dtype`; integer leaves untouched.
+
+  bfloat16 halves the HBM of a frozen LM. The layers cast their weights to the compute dtype (config.model.dtype),
+  so a float32 run with bf16-stored frozen weights computes in float32 from bf16-rounded weights.
+  """
+  if config.frozen_param_dtype not in ("float32", "bfloat16"):
+    raise ValueError(f"config.frozen_param_dtype = {config.frozen_param_dtype!r}: expected float32 or bfloat16")
+  dtype = jnp.dtype(config.frozen_param_dtype)
+
+  def cast(x):
+    if not jnp.issubdtype(x.dtype, jnp.floating) or x.dtype == dtype:
+      return x
+    if isinstance(x, jax.ShapeDtypeStruct):
+      return jax.ShapeDtypeStruct(x.shape, dtype, sharding=x.sharding)
+    return x.astype(dtype)
+
+  return jax.tree.map(cast, frozen)
 
 
 def opt_state_shardings(tx, trainable, mesh):
@@ -192,6 +213,9 @@ def load_pretrained_into(state, task, shardings):
                       np.asarray(multihost_utils.process_allgather(x, tiled=True)), params)
   host = task.load_pretrained(host)
   trainable, frozen = partition.split_params(host, task.trainable_patterns)
+  # Pretrained weights arrive in float32: store them in the state's dtypes (config.frozen_param_dtype).
+  trainable, frozen = (jax.tree.map(lambda x, ref: np.asarray(x).astype(ref.dtype), tree, state[part])
+                       for tree, part in ((trainable, "trainable"), (frozen, "frozen")))
   state = dict(state)
   state["trainable"] = sharding.host_to_global(trainable, shardings["trainable"])
   state["frozen"] = sharding.host_to_global(frozen, shardings["frozen"])
@@ -365,6 +389,7 @@ def abstract_train_state(task, config, mesh, tx):
   params = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
                         nn.meta.unbox(boxed), param_shardings)
   trainable, frozen = partition.split_params(params, task.trainable_patterns)
+  frozen = frozen_storage(frozen, config)
   opt_state = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
                            jax.eval_shape(tx.init, trainable), opt_state_shardings(tx, trainable, mesh))
   step = jax.ShapeDtypeStruct((), jnp.int32, sharding=sharding.replicated(mesh))
