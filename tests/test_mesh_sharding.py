@@ -2,8 +2,8 @@
 
 The trainer traces its steps inside `jax.set_mesh(mesh)` + `nn.logical_axis_rules(rules)`; there the modules'
 `with_logical_constraint` calls become `sdy.sharding_constraint` ops on the activations (without the mesh they
-vanish). On the 8 simulated CPU devices, 8x1, 4x2 and 2x4 (data x model) meshes then give the same losses, to 1e-5,
-on each task's `:small` config, from the same initial parameters and batches, and frozen parameters never move.
+vanish). On the 8 simulated CPU devices, 8x1, 4x2 and 2x4 (data x model) meshes then give the same losses, to 1e-5
+(+ 1e-6 relative), on each task's `:small` config, from the same initial parameters and batches, and frozen parameters never move.
 """
 
 import os
@@ -110,7 +110,9 @@ def test_meshes_8x1_4x2_2x4_give_the_same_losses(name):
   reference = runs[(8, 1)][0]
   assert all(np.isfinite(reference)) and len(set(reference)) == STEPS, reference  # real, changing losses
   for shape, (losses, before, after) in runs.items():
-    np.testing.assert_allclose(losses, reference, rtol=0, atol=1e-5, err_msg=f"mesh {shape}")
+    # 1e-5, plus float32 rounding for large losses: E-VQA's ~39 differs by 1.1e-5 (3 ulps) on 4x2, where the
+    # reductions over rows and widths run in another order.
+    np.testing.assert_allclose(losses, reference, rtol=1e-6, atol=1e-5, err_msg=f"mesh {shape}")
     flat_before, flat_after = traverse_util.flatten_dict(before), traverse_util.flatten_dict(after)
     assert flat_before.keys() == flat_after.keys()
     for k, v in flat_before.items():  # frozen parameters: bit for bit
