@@ -44,6 +44,9 @@ EXTRAS = {
     "demo": [],
     # Optional: only tests/test_data_records.py's tf.data read-back of our TFRecords uses TensorFlow (skips without).
     "tf": ["tensorflow-cpu>=2.20"],
+    # TPU hosts, and AOT compiles for a TPU topology from any host (launch/aot_check.py --topology): the libtpu
+    # that jax 0.10.2 pins (jax[tpu]).
+    "tpu": ["jax[tpu]==0.10.2", "libtpu==0.0.42.*"],
 }
 
 setup(

@@ -43,6 +43,10 @@ def base_config() -> ml_collections.ConfigDict:
 
   c.checkpoint = ml_collections.ConfigDict(dict(max_to_keep=2))
 
+  # Storage dtype of the frozen parameters (float32 | bfloat16): bf16 halves the HBM of a frozen LM; trainable
+  # parameters and optimiser state stay float32, and the compute dtype is config.model.dtype.
+  c.frozen_param_dtype = "float32"
+
   # Mesh and sharding: data parallel over 'data', tensor/graph parallel over 'model'.
   c.mesh_shape = (-1, 1)
   c.mesh_axes = ("data", "model")

@@ -47,6 +47,8 @@ def evqa_config(mode: str, arg, config_file: str) -> ml_collections.ConfigDict:
       encoder="bert",
       num_layers=0,  # > 0: keep only the first N encoder layers (tests)
       use_adapters=True, adapter_reduction=8, dropout=0.1, dtype="float32",
+      # Memory levers: per-encoder-layer jax.checkpoint policy (none | full | dots_saveable).
+      remat="none",
       frame_encoder="clip",  # "clip" (pretrained ViT, frozen) or "conv" (small, from scratch)
       # conv; temporal_shift: TSM channel fraction shifted each way per block; frame_difference: differences to the
       # neighbouring frames as extra input channels (both make patch features motion-aware)

@@ -42,7 +42,9 @@ def ovqa_config(dataset: str, arg, cvqa_topk: int) -> ml_collections.ConfigDict:
   # Model(**config.model) in evqa_jax/projects/ovqa/model.py: these keys are the model's fields.
   c.model = ml_collections.ConfigDict(dict(
       encoder="deberta_v2", head="open",
-      use_adapters=True, adapter_reduction=8, dropout=0.1, dtype="float32"))
+      use_adapters=True, adapter_reduction=8, dropout=0.1, dtype="float32",
+      # Memory levers: per-encoder-layer jax.checkpoint policy (none | full | dots_saveable).
+      remat="none"))
 
   c.pretrained = ml_collections.ConfigDict(dict(
       dir="~/models/deberta-v2-xlarge",  # local Hugging Face checkpoint directory

@@ -1,4 +1,8 @@
-"""Atomic file output: write to a temporary path beside the target, then rename."""
+"""Atomic file output (write to a temporary path beside the target, then rename) and reading paths on any filesystem.
+
+Inputs (records, their `.idx` indexes, metadata, vocabularies, graphs) are read through `etils.epath`, as Grain and
+Orbax read theirs, so a data directory may be local or a URI such as gs://bucket/ovqa/records.
+"""
 
 import contextlib
 import json
@@ -7,6 +11,24 @@ import os
 import re
 import subprocess
 import tempfile
+
+
+def epath_of(path) -> "epath.Path":
+  """`path` as an `etils.epath.Path`: a local path (`~` expanded) or a gs://, s3://, ... URI."""
+  from etils import epath  # pylint: disable=g-import-not-at-top
+  path = os.fspath(path)
+  return epath.Path(path if is_uri(path) else os.path.expanduser(path))
+
+
+def is_uri(path) -> bool:
+  """True for a non-local path such as gs://bucket/dir."""
+  return "://" in os.fspath(path)
+
+
+def absolute(path) -> str:
+  """An absolute local path, or the URI unchanged (os.path.abspath would turn gs://b into ./gs:/b)."""
+  path = os.fspath(path)
+  return path if is_uri(path) else os.path.abspath(os.path.expanduser(path))
 
 
 def _umask() -> int:
@@ -207,7 +229,7 @@ def check_relpath(value, where: str, what: str = "path") -> str:
 def read_text(path: str, what: str = "file") -> str:
   """The file as UTF-8 text; ValueError naming the file and line of the first byte that is not UTF-8."""
   try:
-    with open(path, "rb") as f:
+    with epath_of(path).open("rb") as f:  # local, or gs://... next to the records
       data = f.read()
   except FileNotFoundError:
     raise FileNotFoundError(f"{what} {path} does not exist") from None

@@ -89,9 +89,9 @@ def encoder_config(encoder: str, pc, **overrides):
   return cfg_cls.from_hf_dir(path, **overrides)
 
 
-def lm_overrides(use_adapters: bool, adapter_reduction: int, dropout, dtype_name: str) -> dict:
-  """Encoder-config fields set by a model's adapter, dropout (None: the checkpoint's) and dtype settings."""
-  out = dict(use_adapters=use_adapters, adapter_reduction=adapter_reduction, dtype=dtype(dtype_name))
+def lm_overrides(use_adapters: bool, adapter_reduction: int, dropout, dtype_name: str, remat: str = "none") -> dict:
+  """Encoder-config fields set by a model's adapter, dropout (None: the checkpoint's), dtype and remat settings."""
+  out = dict(use_adapters=use_adapters, adapter_reduction=adapter_reduction, dtype=dtype(dtype_name), remat=remat)
   if dropout is not None:
     out.update(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout, adapter_dropout=dropout)
   return out

@@ -46,6 +46,9 @@ def main(argv):
     os.environ["JAX_PLATFORMS"] = "cpu"
   from data_prep import worlds
   worlds.ensure_synthetic_world(FLAGS.config)  # the AOT check reads one record of the config's data
+  if FLAGS.topology:
+    # Compiling for a TPU topology needs libtpu, not a TPU: waive its host-wide lock (other JAX jobs may hold it).
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
   from evqa_jax.train import aot
   mesh = parse_mesh(FLAGS.mesh) if FLAGS.mesh else None
   report = aot.compile_train_step(FLAGS.config, mesh_shape=mesh, topology=FLAGS.topology)

@@ -16,7 +16,6 @@ Writers of different splits may run concurrently in one directory: metadata upda
 from __future__ import annotations
 
 import contextlib
-import glob
 import json
 import logging
 import os
@@ -47,7 +46,7 @@ def _metadata_lock(out_dir: str):
 def require_records(config, task_name: str, convert_command: str, demo_config: str) -> None:
   """Raises FileNotFoundError naming config.data.dir and the command that fills it when it holds no records (the
   library never generates data; the synthetic worlds are built by the launch side, data_prep.worlds)."""
-  if os.path.exists(os.path.join(os.path.expanduser(config.data.dir), METADATA_FILE)):
+  if (evqa_io.epath_of(config.data.dir) / METADATA_FILE).exists():  # local or gs://...
     return
   if config.data.get("synthetic"):
     raise FileNotFoundError(
@@ -62,12 +61,11 @@ def require_records(config, task_name: str, convert_command: str, demo_config: s
 
 def load_metadata(out_dir: str) -> dict:
   """Contents of DIR/metadata.json ({} when the file does not exist yet)."""
-  path = os.path.join(out_dir, METADATA_FILE)
-  if not os.path.exists(path):
+  path = evqa_io.epath_of(out_dir) / METADATA_FILE
+  if not path.exists():
     return {}
   try:
-    with open(path) as f:
-      meta = json.load(f)
+    meta = json.loads(path.read_text())
   except json.JSONDecodeError as e:
     raise ValueError(f"{path}: invalid JSON ({e})") from e
   if not isinstance(meta, dict):
@@ -115,17 +113,19 @@ def split_paths(data_dir: str, split: str) -> list[str]:
   """Absolute shard paths of `split`, from metadata.json when it lists the split, else by file name pattern."""
   meta = load_metadata(data_dir)
   entry = meta.get("splits", {}).get(split)
+  root = evqa_io.epath_of(data_dir)
   if entry is not None:
-    paths = [os.path.join(data_dir, name) for name in entry.get("shards", [])]
-    absent = [p for p in paths if not os.path.exists(p)]
+    paths = [root / name for name in entry.get("shards", [])]
+    absent = [os.fspath(p) for p in paths if not p.exists()]
     if absent:
       raise FileNotFoundError(f"{data_dir}: split {split!r} lists shards that do not exist: {absent}")
   else:
-    paths = sorted(glob.glob(os.path.join(glob.escape(data_dir), f"{glob.escape(split)}-[0-9][0-9][0-9][0-9][0-9]"
-                                          "-of-[0-9][0-9][0-9][0-9][0-9].tfrecord")))
+    pattern = re.compile(re.escape(split) + r"-\d{5}-of-\d{5}\.tfrecord")
+    paths = sorted((p for p in root.iterdir() if pattern.fullmatch(p.name)), key=lambda p: p.name) \
+        if root.is_dir() else []
   if not paths:
     raise FileNotFoundError(f"{data_dir}: no TFRecord shards for split {split!r}")
-  return [os.path.abspath(p) for p in paths]
+  return [evqa_io.absolute(p) for p in paths]
 
 
 def expected_shard_sizes(paths) -> dict[str, int]:

@@ -11,7 +11,8 @@ read of the data); corrupt ones are logged, listed in `.skipped` as (file, byte 
 of the index, so `len()` counts only good records. When a file without an .idx has a bad length field, the
 records after it cannot be located and are reported as one skipped entry.
 
-The source is picklable (Grain worker processes get a copy); file handles are reopened in each process.
+The source is picklable (Grain worker processes get a copy); file handles are reopened in each process. Paths may be
+local or URIs (gs://...): files are opened through etils.epath.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from evqa_jax import io as evqa_io
 from evqa_jax.data import example as example_lib
 from evqa_jax.data import records
 from evqa_jax.data import tfrecord
@@ -46,9 +48,9 @@ def _as_spec(spec: Mapping[str, Any]) -> dict[str, Feature]:
 def _check_file(path: str, skipped: list) -> np.ndarray:
   """Offsets of the records of `path` that pass both CRC checks; appends the bad ones to `skipped`."""
   good = []
-  with open(path, "rb") as f:
+  with evqa_io.epath_of(path).open("rb") as f:
     try:
-      offsets = tfrecord.load_index(path) if os.path.exists(tfrecord.index_path(path)) else None
+      offsets = tfrecord.load_index(path) if evqa_io.epath_of(tfrecord.index_path(path)).exists() else None
     except ValueError as e:
       logging.warning("TFRecordDataSource: ignoring bad index of %s (%s); scanning the file", path, e)
       offsets = None
@@ -60,7 +62,7 @@ def _check_file(path: str, skipped: list) -> np.ndarray:
         except tfrecord.CorruptRecordError as e:
           skipped.append((path, e.offset, e.reason))
     else:
-      size = os.fstat(f.fileno()).st_size
+      size = tfrecord.file_size(f)
       off = 0
       while off < size:
         try:
@@ -90,7 +92,7 @@ class TFRecordDataSource:
       raise ValueError("TFRecordDataSource: no paths given")
     self.paths = [os.fspath(p) for p in paths]
     for p in self.paths:
-      if not os.path.isfile(p):
+      if not evqa_io.epath_of(p).is_file():
         raise FileNotFoundError(f"TFRecordDataSource: record file {p} does not exist")
     self.spec = _as_spec(spec)
     self.on_corrupt = on_corrupt
@@ -140,7 +142,7 @@ class TFRecordDataSource:
       with self._lock:
         f = self._handles.get(file_id)
         if f is None:
-          f = open(self.paths[file_id], "rb")
+          f = evqa_io.epath_of(self.paths[file_id]).open("rb")
           self._handles[file_id] = f
     return f
 
@@ -148,7 +150,12 @@ class TFRecordDataSource:
     """The serialized Example of record `index` (CRC-checked)."""
     index = self._check_index(index)
     file_id = int(self._file_ids[index])
-    return tfrecord.read_record(self._handle(file_id), int(self._offsets[index]), self.paths[file_id])
+    path = self.paths[file_id]
+    f = self._handle(file_id)
+    if evqa_io.is_uri(path):  # no positioned read (os.pread) on gs:// files: seek + read, one thread at a time
+      with self._lock:
+        return tfrecord.read_record(f, int(self._offsets[index]), path)
+    return tfrecord.read_record(f, int(self._offsets[index]), path)
 
   def check_tails(self) -> None:
     """Reads the last record of every shard (CRC-checked), so a truncated or damaged file fails when a job starts,

@@ -12,6 +12,7 @@ access. Both files appear atomically (temporary files renamed on a successful cl
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import struct
 from typing import Iterator
@@ -135,6 +136,14 @@ class TFRecordWriter:
     return False
 
 
+def file_size(f) -> int:
+  """Size in bytes of the open binary file `f` (a local file, or an epath/fsspec file object of gs://...)."""
+  try:
+    return os.fstat(f.fileno()).st_size
+  except (OSError, AttributeError, ValueError, io.UnsupportedOperation):
+    return f.seek(0, io.SEEK_END)
+
+
 def _pread(f, size: int, offset: int) -> bytes:
   if hasattr(f, "fileno"):
     try:
@@ -170,7 +179,7 @@ def read_record(f, offset: int, path: str, verify: bool = True) -> bytes:
 
 def _scan_offsets(f, path: str) -> Iterator[int]:
   """Offsets of consecutive records, checking framing and length CRCs without reading the data."""
-  size = os.fstat(f.fileno()).st_size
+  size = file_size(f)
   offset = 0
   while offset < size:
     header = _pread(f, HEADER_BYTES, offset)
@@ -188,7 +197,7 @@ def _scan_offsets(f, path: str) -> Iterator[int]:
 
 def build_index(path: str) -> np.ndarray:
   """Scans `path` and returns the byte offset of every record (uint64); checks framing and length CRCs."""
-  with open(path, "rb") as f:
+  with evqa_io.epath_of(path).open("rb") as f:
     return np.fromiter(_scan_offsets(f, str(path)), dtype=np.uint64)
 
 
@@ -204,9 +213,9 @@ def write_index(path: str) -> np.ndarray:
 def load_index(path: str) -> np.ndarray:
   """Offsets of the records of `path`: from `path`.idx when present, else by scanning the file."""
   idx = index_path(path)
-  if not os.path.exists(idx):
+  if not evqa_io.epath_of(idx).exists():
     return build_index(path)
-  raw = open(idx, "rb").read()
+  raw = evqa_io.epath_of(idx).read_bytes()
   if len(raw) % 8:
     raise ValueError(f"index file {idx} has {len(raw)} bytes, not a multiple of 8 (uint64 offsets)")
   offsets = np.frombuffer(raw, dtype="<u8").astype(np.uint64)
@@ -218,8 +227,8 @@ def load_index(path: str) -> np.ndarray:
 
 def iter_records(path: str, verify: bool = True) -> Iterator[bytes]:
   """Yields the data of every record of `path` in file order; raises CorruptRecordError on bad framing/CRC."""
-  with open(path, "rb") as f:
-    size = os.fstat(f.fileno()).st_size
+  with evqa_io.epath_of(path).open("rb") as f:
+    size = file_size(f)
     offset = 0
     while offset < size:
       data = read_record(f, offset, str(path), verify=verify)

@@ -51,7 +51,8 @@ CATEGORIES = ovqa_metrics_lib.CATEGORIES
 
 
 def _read_csv(path: str, columns: Sequence[str], what: str) -> pd.DataFrame:
-  if not os.path.isfile(path):
+  file = io.epath_of(path)  # local, or gs://... next to the records
+  if not file.is_file():
     raise FileNotFoundError(f"{what} {path} does not exist")
   try:
     df = pd.read_csv(io.text_stream(path, what), dtype=str, keep_default_na=False)

@@ -79,7 +79,7 @@ class AnswerGraph:
 
 def load_answer_graph(path: str) -> AnswerGraph:
   """Reads a graph written by `AnswerGraph.save`."""
-  with np.load(path, allow_pickle=False) as z:
+  with io.epath_of(path).open("rb") as f, np.load(f, allow_pickle=False) as z:
     missing = [k for k in _NPZ_KEYS if k not in z.files]
     if missing:
       raise ValueError(f"{path}: not an answer graph, missing arrays {missing} (has {z.files})")

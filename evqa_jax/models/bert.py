@@ -60,8 +60,10 @@ class BertConfig:
   adapter_dropout: float = 0.1
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
+  remat: str = "none"  # per-layer jax.checkpoint policy: none | full | dots_saveable (layers.REMAT_POLICIES)
 
   def __post_init__(self):
+    layers.check_remat(self.remat)
     # Accept "bfloat16"/"float32" strings from config files; store canonical numpy dtypes (hashable).
     object.__setattr__(self, "dtype", jnp.dtype(self.dtype))
     object.__setattr__(self, "param_dtype", jnp.dtype(self.param_dtype))
@@ -270,15 +272,16 @@ class BertEncoder(nn.Module):
 
   @nn.compact
   def __call__(self, x, mask_bias, deterministic: bool = True, mask_index=None):
-    layers = [BertLayer(self.config, name=f"layer_{i}") for i in range(self.config.num_hidden_layers)]
+    layer_cls = layers.maybe_remat(BertLayer, self.config.remat, static_argnums=(3,))  # deterministic
+    blocks = [layer_cls(self.config, name=f"layer_{i}") for i in range(self.config.num_hidden_layers)]
     prev = x
-    for layer in layers:
+    for layer in blocks:
       prev = x
       x = layer(x, mask_bias, deterministic)
     if mask_index is None:
       return x, None
     query = jnp.take_along_axis(prev, mask_index.astype(jnp.int32)[:, None, None], axis=1)
-    return x, layers[-1](prev, mask_bias, deterministic, query=query)[:, 0]
+    return x, blocks[-1](prev, mask_bias, deterministic, query=query)[:, 0]
 
 
 class BertPredictionHeadTransform(nn.Module):

@@ -98,8 +98,10 @@ class DebertaV2Config:
   enhanced_mask_decoder: bool = True
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
+  remat: str = "none"  # per-layer jax.checkpoint policy: none | full | dots_saveable (layers.REMAT_POLICIES)
 
   def __post_init__(self):
+    layers.check_remat(self.remat)
     pos = self.pos_att_type
     if pos is None:
       pos = ()
@@ -435,7 +437,8 @@ class DebertaV2Encoder(nn.Module):
 
   def setup(self):
     cfg = self.config
-    self.layer = [DebertaV2Layer(cfg, name=f"layer_{i}") for i in range(cfg.num_hidden_layers)]
+    layer_cls = layers.maybe_remat(DebertaV2Layer, cfg.remat, static_argnums=(6,))  # deterministic
+    self.layer = [layer_cls(cfg, name=f"layer_{i}") for i in range(cfg.num_hidden_layers)]
     if cfg.relative_attention:
       self.rel_embeddings = _embed(cfg, 2 * cfg.att_span, "rel_embeddings", (None, "embed"))
       if cfg.rel_layer_norm:

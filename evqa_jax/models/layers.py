@@ -1,4 +1,5 @@
-"""Layers shared by the encoders: sharded Dense / LayerNorm / initialisers, bottleneck adapters, the visual prefix.
+"""Layers shared by the encoders: sharded Dense / LayerNorm / initialisers, bottleneck adapters, the visual prefix,
+per-layer rematerialisation.
 
 Every parameter is created with the logical axis names of its dimensions (MaxText `layers/linears.py` style:
 `kernel_axes`), which `config.logical_axis_rules` map onto the mesh. Parameter names and initial values are those of
@@ -125,3 +126,29 @@ class VisualProjection(nn.Module):
     return nn.Dense(self.hidden_size, dtype=self.dtype, param_dtype=self.param_dtype, name="dense",
                     kernel_init=nn.with_logical_partitioning(nn.initializers.normal(0.02), (None, "embed")),
                     bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)))(frames)
+
+
+# config.model.remat -> what a rematerialised encoder layer keeps from its forward pass for the backward pass.
+REMAT_POLICIES = {
+    "none": None,                                              # no remat: every intermediate is kept
+    "full": jax.checkpoint_policies.nothing_saveable,          # keep only the layer's inputs; recompute the rest
+    "dots_saveable": jax.checkpoint_policies.dots_saveable,    # keep matmul outputs; recompute the elementwise ops
+}
+
+
+def check_remat(name: str) -> str:
+  if name not in REMAT_POLICIES:
+    raise ValueError(f"config.model.remat = {name!r}: expected one of {sorted(REMAT_POLICIES)}")
+  return name
+
+
+def maybe_remat(layer_cls, name: str, static_argnums: tuple):
+  """`layer_cls`, or its `nn.remat` with the named policy (`static_argnums` count `self` as 0: the Python bools).
+
+  Parameter names and values are unchanged, so checkpoints load either way; the loss and gradients are the same
+  computation, only the activation memory of the backward pass changes.
+  """
+  policy = REMAT_POLICIES[check_remat(name)]
+  if policy is None:
+    return layer_cls
+  return nn.remat(layer_cls, policy=policy, static_argnums=static_argnums)

@@ -12,6 +12,9 @@ the trainer's own train step (`steps.StepFns`), so what compiles here is what a 
 
 from __future__ import annotations
 
+import os
+import time
+
 import jax
 import numpy as np
 
@@ -21,9 +24,19 @@ from evqa_jax.train import steps as steps_lib
 
 
 def topology_devices(topology: str, platform: str = "tpu"):
-  """Devices of a target topology such as 'v5e:2x4' (TPU; needs libtpu on this host, not the TPUs themselves)."""
+  """Devices of a target topology such as 'v5e:2x4' (TPU; needs libtpu on this host, not the TPUs themselves).
+
+  `pip install -e .[tpu]` brings the libtpu that this jax pins. libtpu takes a host-wide lock file
+  (/tmp/libtpu_lockfile) that any other JAX process on the host may hold; compiling needs no TPU, so the lock is
+  waived (ALLOW_MULTIPLE_LIBTPU_LOAD, set here unless the caller set it).
+  """
+  os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
   from jax.experimental import topologies
-  return topologies.get_topology_desc(topology_name=topology, platform=platform).devices
+  try:
+    return topologies.get_topology_desc(topology_name=topology, platform=platform).devices
+  except (ImportError, RuntimeError, ValueError) as e:  # JaxRuntimeError is a RuntimeError
+    raise RuntimeError(f"cannot describe the {platform} topology {topology!r} on this host ({e}); "
+                       f"a TPU topology needs libtpu: pip install -e .[tpu]") from e
 
 
 def _batch_struct(task, config, batch_shard):
@@ -64,11 +77,9 @@ def _analysis(compiled) -> dict:
   return out
 
 
-def compile_train_step(config, mesh_shape=None, devices=None, topology: str | None = None) -> dict:
-  """Compiles the train step of `config` for `mesh_shape` (default config.mesh_shape); returns a JSON-able report.
-
-  Memory figures are per device (XLA compiles one SPMD program); FLOPs are per device as XLA counts them.
-  """
+def lower_train_step(config, mesh_shape=None, devices=None, topology: str | None = None):
+  """-> (jax `Lowered` train step of `config` on `mesh_shape`, JSON-able description). Traced under the mesh and the
+  logical rules exactly as the trainer traces it, so `lowered.as_text()` shows the activation sharding constraints."""
   if topology:
     devices = topology_devices(topology)
   devices = list(jax.devices() if devices is None else devices)
@@ -88,7 +99,6 @@ def compile_train_step(config, mesh_shape=None, devices=None, topology: str | No
   steps = steps_lib.StepFns(task, tx, mesh, rules, state_shardings, batch_shard, aux_shardings)
   with steps.context():
     lowered = steps.train_step.lower(state, batch, aux)
-  compiled = lowered.compile()
   report = {
       "task": config.task,
       "describe": task.describe(),
@@ -101,5 +111,17 @@ def compile_train_step(config, mesh_shape=None, devices=None, topology: str | No
       "frozen_params": partition.count_params(state["frozen"]),
       "batch": {k: [list(v.shape), str(v.dtype)] for k, v in batch.items()},
   }
+  return lowered, report
+
+
+def compile_train_step(config, mesh_shape=None, devices=None, topology: str | None = None) -> dict:
+  """Compiles the train step of `config` for `mesh_shape` (default config.mesh_shape); returns a JSON-able report.
+
+  Memory figures are per device (XLA compiles one SPMD program); FLOPs are per device as XLA counts them.
+  """
+  lowered, report = lower_train_step(config, mesh_shape, devices, topology)
+  t0 = time.time()
+  compiled = lowered.compile()
+  report["compile_seconds"] = round(time.time() - t0, 1)
   report.update(_analysis(compiled))
   return report

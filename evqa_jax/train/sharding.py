@@ -49,10 +49,31 @@ def logical_sharding(logical_spec: P, mesh: Mesh, rules) -> NamedSharding:
   return nn.logical_to_mesh_sharding(logical_spec, mesh, rules_tuple(rules))
 
 
+def fit_to_shape(named: NamedSharding, shape: Sequence[int]) -> NamedSharding:
+  """`named` with the mesh axes dropped from every dimension they do not divide (that dimension is replicated).
+
+  A BERT vocabulary of 30522 rows splits over a model axis of 2 but not of 4: rather than refuse the mesh, such a
+  parameter is kept whole on each device along that dimension (as MaxText and big_vision do for odd sizes).
+  """
+  spec = list(named.spec) + [None] * (len(shape) - len(named.spec))
+  for i, axes in enumerate(spec[:len(shape)]):
+    if axes is None:
+      continue
+    names = (axes,) if isinstance(axes, str) else tuple(axes)
+    if shape[i] % int(np.prod([named.mesh.shape[a] for a in names])):
+      spec[i] = None
+  return NamedSharding(named.mesh, P(*spec[:len(shape)]), memory_kind=named.memory_kind)
+
+
 def tree_shardings(abstract_boxed_tree, mesh: Mesh, rules):
-  """NamedShardings for a tree of (possibly LogicallyPartitioned) abstract values, e.g. jax.eval_shape(init)."""
+  """NamedShardings for a tree of (possibly LogicallyPartitioned) abstract values, e.g. jax.eval_shape(init).
+
+  A mesh axis that does not divide a parameter's dimension leaves that dimension replicated (`fit_to_shape`).
+  """
   specs = nn.get_partition_spec(abstract_boxed_tree)
-  return nn.logical_to_mesh_sharding(specs, mesh, rules_tuple(rules))
+  shardings = nn.logical_to_mesh_sharding(specs, mesh, rules_tuple(rules))
+  return jax.tree.map(lambda s, x: fit_to_shape(s, x.shape), shardings, nn.meta.unbox(abstract_boxed_tree),
+                      is_leaf=lambda x: isinstance(x, NamedSharding))
 
 
 def batch_sharding(mesh: Mesh, rules) -> NamedSharding:

@@ -63,19 +63,20 @@ class StepFns:
                                   out_shardings=repl)
 
   def context(self):
-    """The logical axis rules under which the steps are traced.
+    """The mesh and logical axis rules under which the steps are traced (and must be called).
 
-    Parameters, batches and outputs carry explicit shardings, which GSPMD propagates through the step. The context
-    mesh (`jax.set_mesh`, which turns every activation `with_logical_constraint` into a constraint) is not entered
-    yet: with it the VIOLIN sharded-vs-single-device test saw frozen parameters move by ~4e-5; see the issue notes.
+    Under the context mesh every `with_logical_constraint` in the modules is a real sharding constraint on the
+    activations (the encoders' [batch, length, embed] states, the verbalizer's [nodes, embed] states, ...);
+    parameters, batches and outputs carry explicit shardings besides. Frozen parameters are passed through the step
+    untouched (no gradient, no optimiser state), so they keep their values bit for bit on any mesh.
     """
     return mesh_context(self.mesh, self.rules)
 
 
 @contextlib.contextmanager
 def mesh_context(mesh, rules):
-  del mesh
-  with nn.logical_axis_rules(sharding.rules_tuple(rules)):
+  """`jax.set_mesh(mesh)` + `nn.logical_axis_rules(rules)`: what big_vision and MaxText wrap every step in."""
+  with jax.set_mesh(mesh), nn.logical_axis_rules(sharding.rules_tuple(rules)):
     yield
 
 
@@ -93,11 +94,32 @@ def create_state(task, config, mesh, tx):
     param_shardings = sharding.tree_shardings(abstract, mesh, rules)
     params = jax.jit(lambda r: nn.meta.unbox(task.init_params(r)), out_shardings=param_shardings)(rng)
   trainable, frozen = partition.split_params(params, task.trainable_patterns)
+  frozen = frozen_storage(frozen, config)
   opt_state = jax.jit(tx.init, out_shardings=opt_state_shardings(tx, trainable, mesh))(trainable)
   step = jax.jit(lambda: jnp.zeros((), jnp.int32), out_shardings=sharding.replicated(mesh))()
   state = {"step": step,
            "trainable": trainable, "frozen": frozen, "opt_state": opt_state}
   return state, jax.tree.map(lambda x: x.sharding, state)
+
+
+def frozen_storage(frozen, config):
+  """Frozen parameters (arrays or ShapeDtypeStructs) in `config.frozen_param_dtype`; integer leaves untouched.
+
+  bfloat16 halves the HBM of a frozen LM. The layers cast their weights to the compute dtype (config.model.dtype),
+  so a float32 run with bf16-stored frozen weights computes in float32 from bf16-rounded weights.
+  """
+  if config.frozen_param_dtype not in ("float32", "bfloat16"):
+    raise ValueError(f"config.frozen_param_dtype = {config.frozen_param_dtype!r}: expected float32 or bfloat16")
+  dtype = jnp.dtype(config.frozen_param_dtype)
+
+  def cast(x):
+    if not jnp.issubdtype(x.dtype, jnp.floating) or x.dtype == dtype:
+      return x
+    if isinstance(x, jax.ShapeDtypeStruct):
+      return jax.ShapeDtypeStruct(x.shape, dtype, sharding=x.sharding)
+    return x.astype(dtype)
+
+  return jax.tree.map(cast, frozen)
 
 
 def opt_state_shardings(tx, trainable, mesh):
@@ -118,6 +140,9 @@ def load_pretrained_into(state, task, shardings):
                       np.asarray(multihost_utils.process_allgather(x, tiled=True)), params)
   host = task.load_pretrained(host)
   trainable, frozen = partition.split_params(host, task.trainable_patterns)
+  # Pretrained weights arrive in float32: store them in the state's dtypes (config.frozen_param_dtype).
+  trainable, frozen = (jax.tree.map(lambda x, ref: np.asarray(x).astype(ref.dtype), tree, state[part])
+                       for tree, part in ((trainable, "trainable"), (frozen, "frozen")))
   state = dict(state)
   state["trainable"] = sharding.host_to_global(trainable, shardings["trainable"])
   state["frozen"] = sharding.host_to_global(frozen, shardings["frozen"])
@@ -142,6 +167,7 @@ def abstract_train_state(task, config, mesh, tx):
   params = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
                         nn.meta.unbox(boxed), param_shardings)
   trainable, frozen = partition.split_params(params, task.trainable_patterns)
+  frozen = frozen_storage(frozen, config)
   opt_state = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
                            jax.eval_shape(tx.init, trainable), opt_state_shardings(tx, trainable, mesh))
   step = jax.ShapeDtypeStruct((), jnp.int32, sharding=sharding.replicated(mesh))

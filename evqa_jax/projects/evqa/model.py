@@ -77,6 +77,7 @@ class Model(nn.Module):
   adapter_reduction: int = 8
   dropout: Optional[float] = 0.1
   dtype: str = "float32"
+  remat: str = "none"
   frame_encoder: str = "conv"
   frame: Optional[Any] = None
   temporal_dim: int = 128
@@ -104,7 +105,8 @@ class Model(nn.Module):
   @property
   def lm_config(self):
     """`encoder_config` with this model's layer count, adapter, dropout and dtype settings."""
-    overrides = pretrained.lm_overrides(self.use_adapters, self.adapter_reduction, self.dropout, self.dtype)
+    overrides = pretrained.lm_overrides(self.use_adapters, self.adapter_reduction, self.dropout, self.dtype,
+                                        self.remat)
     if self.num_layers:
       overrides["num_hidden_layers"] = self.num_layers
     return dataclasses.replace(self.encoder_config, **overrides)

@@ -9,8 +9,8 @@ from evqa_jax.evaluate import ovqa as ovqa_eval
 
 
 def split_csv(data_dir: str, split: str) -> str:
-  path = os.path.join(data_dir, f"{split}.csv")
-  if not os.path.exists(path):
+  path = os.fspath(io_lib.epath_of(data_dir) / f"{split}.csv")  # local or gs://...
+  if not io_lib.epath_of(path).exists():
     raise FileNotFoundError(f"{path} is missing: the OVQA converter copies each split's CSV next to the records")
   return path
 

@@ -13,6 +13,7 @@ import os
 
 import numpy as np
 
+from evqa_jax import io as io_lib
 from evqa_jax import pretrained
 from evqa_jax.data import records
 from evqa_jax.data import source as source_lib
@@ -63,8 +64,8 @@ class Input:
                             f"<dataset>/clipvitl14.pth --out {data_dir}\n  python data_prep/answer_graphs.py --data "
                             f"{data_dir}", "configs/ovqa_msrvtt.py:demo")
     self.metadata = records.load_metadata(data_dir)
-    with open(os.path.join(data_dir, "vocab.json")) as f:
-      self.vocab = json.load(f)
+    root = io_lib.epath_of(data_dir)  # local or gs://...: read through etils.epath
+    self.vocab = json.loads((root / "vocab.json").read_text())
     self.train_counts = self.vocab["train_counts"]
     self.tokenizer = pretrained.load_tokenizer(config.pretrained)
     self.mask_token = self.tokenizer.mask_token
@@ -95,8 +96,8 @@ class Input:
     if self.use_graph:
       from evqa_jax.graphs import answer_graph
       for split, name in (("train", "graph_train.npz"), ("eval", "graph_test.npz")):
-        path = os.path.join(data_dir, name)
-        if not os.path.exists(path):
+        path = os.fspath(root / name)
+        if not (root / name).exists():
           raise FileNotFoundError(f"{path} is missing: the verbalizer (config.verbalizer.variant = {vc.variant!r}) "
                                   f"needs answer graphs; build them with `python data_prep/answer_graphs.py --data "
                                   f"{data_dir}`, or set --config.verbalizer.variant=A")

@@ -50,6 +50,7 @@ class Model(nn.Module):
     encoder: "bert" or "deberta_v2".
     head: "open" or "cvqa".
     use_adapters, adapter_reduction: adapters (hidden / reduction wide) in every LM layer.
+    remat: per-LM-layer jax.checkpoint policy (none | full | dots_saveable), a memory lever.
     dropout: LM and adapter dropout (None: the checkpoint's).
     dtype: compute dtype name ("float32", "bfloat16").
     encoder_config: the checkpoint's encoder architecture with the visual prefix (num_visual_tokens, visual_dim);
@@ -65,6 +66,7 @@ class Model(nn.Module):
   adapter_reduction: int = 8
   dropout: Optional[float] = 0.1
   dtype: str = "float32"
+  remat: str = "none"
   encoder_config: Any = None
   num_classes: int = 0
   verbalizer: Optional[dict] = None
@@ -73,7 +75,8 @@ class Model(nn.Module):
   @property
   def lm_config(self):
     """`encoder_config` with this model's adapter, dropout and dtype settings."""
-    overrides = pretrained.lm_overrides(self.use_adapters, self.adapter_reduction, self.dropout, self.dtype)
+    overrides = pretrained.lm_overrides(self.use_adapters, self.adapter_reduction, self.dropout, self.dtype,
+                                        self.remat)
     return dataclasses.replace(self.encoder_config, **overrides)
 
   def setup(self):

@@ -1,0 +1,52 @@
+"""Ahead-of-time compiles of the trainer's own train step for a TPU topology, from this CPU host (needs libtpu:
+`pip install -e .[tpu]`; skipped, loudly, only where libtpu cannot be imported)."""
+
+import os
+import sys
+
+import jax
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+from configs import violin  # noqa: E402
+from evqa_jax.train import aot  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+def _libtpu_or_skip():
+  try:
+    import libtpu  # noqa: F401
+  except ImportError as e:
+    pytest.skip(f"SKIPPED LOUDLY: libtpu is not importable ({e}); no TPU compile was checked. "
+                "Install it with `pip install -e .[tpu]`")
+
+
+def test_tiny_violin_train_step_compiles_for_v5e_2x2(monkeypatch):
+  """The VIOLIN `:small` config (1-layer BERT, tiny LSTMs) on a v5e:2x2 slice with a 2 x 2 data x model mesh."""
+  _libtpu_or_skip()
+  monkeypatch.chdir(REPO)  # the :small config names its synthetic world relative to the repository
+  config = violin.get_config("small")
+  from data_prep import worlds
+  worlds.ensure_synthetic_world(config)  # as launch/aot_check.py does
+  report = aot.compile_train_step(config, mesh_shape=(2, 2), topology="v5e:2x2")
+  assert report["platform"] == "tpu" and report["device_kind"] == "TPU v5 lite" and report["devices"] == 4
+  assert report["mesh"] == {"data": 2, "model": 2}
+  # The donated train state aliases its outputs: arguments and outputs overlap by the state's bytes.
+  assert 0 < report["alias_size_in_bytes"] <= report["argument_size_in_bytes"]
+  assert report["peak_estimate_bytes"] == (report["argument_size_in_bytes"] + report["output_size_in_bytes"]
+                                           + report["temp_size_in_bytes"] - report["alias_size_in_bytes"])
+  assert report["peak_estimate_bytes"] < 16 * 2**30  # far inside a v5e chip's 16 GiB
+  # Per-device FLOPs include at least the frozen BERT layer's matmuls over this device's rows (2 FLOPs per weight
+  # per token: 2 statements x 16 + 24 subtitle tokens for each of the 8 / 2 rows of a data shard).
+  per_device_tokens = (2 * 16 + 24) * config.batch_size // 2
+  encoder_weights = 32 * 32 * 4 + 32 * 64 * 2  # one layer: q, k, v, o and the two MLP matrices
+  assert report["flops"] > 2 * encoder_weights * per_device_tokens, report["flops"]
+
+
+def test_unknown_topology_names_the_fix():
+  _libtpu_or_skip()
+  with pytest.raises(RuntimeError, match=r"topology 'v5e:3x7'.*pip install -e \.\[tpu\]"):
+    aot.topology_devices("v5e:3x7")

@@ -1,0 +1,122 @@
+"""Memory levers as config fields: per-encoder-layer rematerialisation (`config.model.remat`) and bf16 storage of the
+frozen parameters (`config.frozen_param_dtype`).
+
+Remat changes what the backward pass keeps, not what it computes: the loss and every gradient equal the no-remat
+ones. (Its memory saving is for accelerators at real shapes: XLA:CPU at these tiny shapes even reported more
+temporary memory with remat, 1.38 MB full vs 1.19 MB none.) bf16 storage keeps trainable parameters in float32.
+"""
+
+import os
+import re
+import sys
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import traverse_util
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+from configs import violin  # noqa: E402
+from evqa_jax.models import bert, deberta_v2  # noqa: E402
+from evqa_jax.projects.violin import task as violin_task  # noqa: E402
+from data_prep import worlds  # noqa: E402
+from evqa_jax.train import partition, sharding, steps  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+B, L = 4, 24
+TINY_DEBERTA = dict(vocab_size=61, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=48,
+                    max_position_embeddings=40, relative_attention=True, position_buckets=8,
+                    pos_att_type=["p2c", "c2p"], share_att_key=True, position_biased_input=False,
+                    norm_rel_ebd="layer_norm", conv_kernel_size=3, conv_act="gelu")
+TINY_BERT = dict(vocab_size=61, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=48,
+                 max_position_embeddings=40)
+# A jax.checkpoint region in a printed jaxpr (the primitive prints as remat2 in jax 0.10, checkpoint elsewhere).
+_REMAT_EQN = re.compile(r"\b(?:remat\w*|checkpoint)\[")
+ENCODERS = {"bert": (bert.BertLM, bert.BertConfig, TINY_BERT),
+            "deberta_v2": (deberta_v2.DebertaV2LM, deberta_v2.DebertaV2Config, TINY_DEBERTA)}
+
+
+def _inputs():
+  r = np.random.RandomState(0)
+  ids = jnp.asarray(r.randint(1, 61, (B, L)), jnp.int32)
+  mask = jnp.asarray(np.arange(L)[None] < np.array([[L], [L - 3], [10], [17]]), jnp.int32)
+  return ids, mask, jnp.asarray(r.normal(size=(B, L, 32)), jnp.float32)
+
+
+def _loss_and_grads(name, remat):
+  """value_and_grad of a fixed projection of the last hidden states (dropout on: remat must replay its RNG)."""
+  cls, cfg_cls, shape = ENCODERS[name]
+  model = cls(cfg_cls.from_dict(shape, remat=remat))
+  ids, mask, target = _inputs()
+  params = nn.meta.unbox(cls(cfg_cls.from_dict(shape)).init(jax.random.key(0), ids, mask)["params"])
+
+  def loss(p):
+    hidden = model.apply({"params": p}, ids, mask, deterministic=False,
+                         rngs={"dropout": jax.random.key(1)})["hidden"]
+    return jnp.sum(hidden * target) / B
+
+  fn = jax.jit(jax.value_and_grad(loss))
+  value, grads = fn(params)
+  return value, grads, jax.make_jaxpr(loss)(params)
+
+
+@pytest.mark.parametrize("name", sorted(ENCODERS))
+def test_remat_gives_the_same_loss_and_gradients(name):
+  ref_value, ref_grads, ref_jaxpr = _loss_and_grads(name, "none")
+  assert not _REMAT_EQN.search(str(ref_jaxpr))
+  ref_flat = traverse_util.flatten_dict(ref_grads)
+  scale = max(float(np.abs(g).max()) for g in ref_flat.values())
+  for remat in ("full", "dots_saveable"):
+    value, grads, jaxpr = _loss_and_grads(name, remat)
+    assert len(_REMAT_EQN.findall(str(jaxpr))) == ENCODERS[name][2]["num_hidden_layers"]  # one region per layer
+    np.testing.assert_allclose(float(value), float(ref_value), rtol=1e-6)
+    flat = traverse_util.flatten_dict(grads)
+    assert flat.keys() == ref_flat.keys()  # same parameter names: checkpoints load either way
+    for k, g in ref_flat.items():
+      # The same ops, fused and summed in another order: equal up to float32 rounding at the gradients' scale
+      # (the attention key bias, whose true gradient is 0, holds only rounding noise).
+      np.testing.assert_allclose(flat[k], g, rtol=1e-5, atol=1e-6 * scale,
+                                 err_msg=f"{remat}: {'/'.join(k)}")
+
+
+def test_unknown_remat_policy_names_the_field():
+  with pytest.raises(ValueError, match=r"config.model.remat = 'some'.*dots_saveable"):
+    bert.BertConfig.from_dict(TINY_BERT, remat="some")
+
+
+def test_bf16_frozen_storage_keeps_trainable_float32(monkeypatch):
+  """VIOLIN's frozen text encoder stored in bf16: the state's frozen leaves are the pretrained float32 weights
+  rounded to bf16, the trainable ones and the optimiser state stay float32, and the loss is within bf16 rounding of
+  the float32-storage loss."""
+  monkeypatch.chdir(REPO)
+  losses = {}
+  for dtype in ("float32", "bfloat16"):
+    c = violin.get_config("small")
+    c.frozen_param_dtype = dtype
+    worlds.ensure_synthetic_world(c)
+    task = violin_task.Task(c)
+    mesh = sharding.make_mesh((1, 1), c.mesh_axes, devices=jax.devices()[:1])
+    tx, _ = partition.make_optimizer(c.optim, c.total_steps)
+    state, shardings = steps.create_state(task, c, mesh, tx)
+    state = steps.load_pretrained_into(state, task, shardings)
+    frozen = traverse_util.flatten_dict(state["frozen"])
+    assert {x.dtype for x in frozen.values()} == {jnp.dtype(dtype)}
+    assert {x.dtype for x in jax.tree.leaves((state["trainable"], state["opt_state"]))
+            if jnp.issubdtype(x.dtype, jnp.floating)} == {jnp.dtype("float32")}
+    enc = traverse_util.flatten_dict({"text_encoder": task.encoder_params()})
+    for k, v in frozen.items():
+      np.testing.assert_array_equal(np.asarray(v), np.asarray(enc[k]).astype(dtype), err_msg="/".join(k))
+    abstract = steps.abstract_train_state(task, c, mesh, tx)
+    assert {x.dtype for x in jax.tree.leaves(abstract["frozen"])} == {jnp.dtype(dtype)}
+    src = task.source("train")
+    batch = jax.tree.map(jnp.asarray, {k: np.stack([np.asarray(task.preprocess(src[i], train=False)[k])
+                                                    for i in range(4)]) for k in task.preprocess(src[0], False)})
+    params = partition.merge_params(state["trainable"], state["frozen"])
+    losses[dtype] = float(jax.jit(lambda p, b: task.loss(p, b, {}, jax.random.key(0), train=False)[0])(params, batch))
+  assert losses["bfloat16"] != losses["float32"]
+  np.testing.assert_allclose(losses["bfloat16"], losses["float32"], rtol=2e-2)
