@@ -252,8 +252,18 @@ def _json_number_error(text: str, literal: str, path: str, what: str) -> ValueEr
                     "(overflow, NaN or infinity)")
 
 
-def loads_json(text: str, path: str, what: str = "file"):
-  """json.loads refusing NaN/Infinity and numbers that overflow float64 / int64, with file, line and field."""
+def loads_json(text: str, path: str, what: str = "file", finite: bool = True):
+  """json.loads refusing NaN/Infinity and numbers that overflow float64 / int64, with file, line and field.
+
+  finite=False reads numbers as Python's json does (NaN, Infinity, 1e999 -> inf): for prediction files, whose
+  non-finite scores the evaluators count and score as the official scripts do, instead of refusing the file.
+  """
+  if not finite:
+    try:
+      return json.loads(text)
+    except json.JSONDecodeError as e:
+      raise ValueError(f"{what} {path}: line {e.lineno}, column {e.colno}: not valid JSON ({e.msg})") from None
+
   def parse_float(s):
     v = float(s)
     if not math.isfinite(v):
@@ -275,9 +285,10 @@ def loads_json(text: str, path: str, what: str = "file"):
     raise ValueError(f"{what} {path}: line {e.lineno}, column {e.colno}: not valid JSON ({e.msg})") from None
 
 
-def load_json(path: str, what: str = "file"):
-  """A JSON input file: UTF-8, strict numbers; every error names the file (and line, field where known)."""
-  return loads_json(read_text(path, what), path, what)
+def load_json(path: str, what: str = "file", finite: bool = True):
+  """A JSON input file: UTF-8, strict numbers (unless finite=False, see loads_json); every error names the file (and
+  line, field where known)."""
+  return loads_json(read_text(path, what), path, what, finite)
 
 
 def text_stream(path: str, what: str = "file"):

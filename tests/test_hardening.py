@@ -257,11 +257,14 @@ def test_non_utf8_and_overflowing_numbers_end_in_one_line(tmp_path, capsys):
   (raw / "train.csv").write_bytes(data)
   code, err = _run(ovqa.main, ["--csv-dir", raw, "--features", raw / "features.npz", "--out", tmp_path / "o"], capsys)
   _one_line_error(code, err, "train.csv", "line 3", "not UTF-8")
+  # A number that overflows in a ground-truth file (prediction files read non-finite scores as the official
+  # json.load does, and the evaluator counts them: tests/test_evaluate_cli.py).
+  (tmp_path / "bad_ann.json").write_text('{"c0": {"split": "test", "statement": [["p", "n"]],\n "duration": 1e999}}')
   (tmp_path / "ann.json").write_text('{"c0": {"split": "test", "statement": [["p", "n"]]}}')
-  (tmp_path / "pred.json").write_text('{"c0": [[0.5,\n 1e999]]}')
-  code, err = _run(violin_eval.main, ["--gt", tmp_path / "ann.json", "--pred", tmp_path / "pred.json",
+  (tmp_path / "pred.json").write_text('{"c0": [[0.5, 0.4]]}')
+  code, err = _run(violin_eval.main, ["--gt", tmp_path / "bad_ann.json", "--pred", tmp_path / "pred.json",
                                       "--out", tmp_path / "m.json"], capsys)
-  _one_line_error(code, err, "pred.json", "line 2", "field 'c0'", "1e999")
+  _one_line_error(code, err, "bad_ann.json", "line 2", "field 'duration'", "1e999")
   (tmp_path / "pred.json").write_bytes(b'{"c0": [[0.5, 0.5]], "\xc3\x28": 1}')
   code, err = _run(violin_eval.main, ["--gt", tmp_path / "ann.json", "--pred", tmp_path / "pred.json",
                                       "--out", tmp_path / "m.json"], capsys)
@@ -274,9 +277,8 @@ def test_non_utf8_and_overflowing_numbers_end_in_one_line(tmp_path, capsys):
   code, err = _run(st_eval.main, ["--gt-csv", tmp_path / "gt.csv", "--gt-masks", tmp_path, "--pred",
                                   tmp_path / "p.json", "--pred-masks", tmp_path, "--out", tmp_path / "m.json"], capsys)
   _one_line_error(code, err, "gt.csv line 2", "non-finite")
-  (tmp_path / "pred.json").write_text('{"c0": [[0.5, 1e999]]}')
   with pytest.raises(ValueError, match="1e999"):  # --verbose: the exception itself, with its traceback
-    cli.run(violin_eval.main, ["--gt", str(tmp_path / "ann.json"), "--pred", str(tmp_path / "pred.json"),
+    cli.run(violin_eval.main, ["--gt", str(tmp_path / "bad_ann.json"), "--pred", str(tmp_path / "pred.json"),
                                "--out", str(tmp_path / "m.json"), "--verbose"])
 
 

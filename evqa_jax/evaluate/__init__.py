@@ -31,10 +31,13 @@ def json_safe(obj: Any) -> Any:
   return obj
 
 
-def load_json_object(path: str, what: str, expected: str) -> dict:
-  """Reads a JSON file that must hold an object; errors name `what`, the path and the `expected` layout."""
+def load_json_object(path: str, what: str, expected: str, finite: bool = True) -> dict:
+  """Reads a JSON file that must hold an object; errors name `what`, the path and the `expected` layout.
+
+  finite=False for prediction files: NaN / Infinity are read (and then scored and counted as malformed) as the
+  official scripts' json.load reads them."""
   from evqa_jax import io  # pylint: disable=g-import-not-at-top
-  raw = io.load_json(path, what)  # UTF-8 and finite 64-bit numbers, errors name the file, line and field
+  raw = io.load_json(path, what, finite)  # UTF-8 (and finite 64-bit numbers); errors name the file, line, field
   if not isinstance(raw, dict):
     raise ValueError(f"{what} {path}: expected an object {expected}, got {type(raw).__name__}")
   return raw

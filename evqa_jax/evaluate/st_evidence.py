@@ -93,7 +93,7 @@ def read_predictions(path: str) -> tuple[dict[str, dict[str, Any]], collections.
   Returns ({entry_id: {"answer": raw answer or None, "segments": [(s, e)], "error": kind or None,
   "mask_folder": str or None}}, Counter of format errors by kind over every entry of the file).
   """
-  raw = load_json_object(path, "prediction JSON", "{entry_id: {\"parsed_response\": {...}}}")
+  raw = load_json_object(path, "prediction JSON", "{entry_id: {\"parsed_response\": {...}}}", finite=False)
   preds, errors = {}, collections.Counter()
   for entry_id, rec in raw.items():
     answer, segments, kind, folder = None, [], None, None

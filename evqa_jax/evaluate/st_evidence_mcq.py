@@ -66,8 +66,8 @@ PANDAS_NA = frozenset(["", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-N
 NUM_TEMPORAL_OPTIONS = 4
 
 
-def _load_json(path: str, what: str) -> dict:
-  return load_json_object(path, what, "{entry_id: {...}}")
+def _load_json(path: str, what: str, finite: bool = True) -> dict:
+  return load_json_object(path, what, "{entry_id: {...}}", finite)
 
 
 def _is_index(v: Any) -> bool:
@@ -199,7 +199,7 @@ def read_predictions(path: str, num_options: Optional[dict] = None) -> dict[str,
   entry; nothing is rejected (an out-of-range or malformed choice simply scores wrong). `num_options` is accepted for
   the callers of the previous signature and only used to warn about entries that are not in the ground truth.
   """
-  raw = _load_json(path, "prediction JSON")
+  raw = _load_json(path, "prediction JSON", finite=False)
   preds = {}
   for entry_id, rec in raw.items():
     rec = rec if isinstance(rec, dict) else {}
@@ -240,7 +240,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
   if args.results is not None:
     if args.pred or args.gt or release:
       parser.error("give either a results file, or --pred with --gt or the release files")
-    results = _load_json(args.results, "results JSON")
+    results = _load_json(args.results, "results JSON", finite=False)
     results = {e: (r if isinstance(r, dict) else {}) for e, r in results.items()}
     missing = unmatched = 0
     source = args.results

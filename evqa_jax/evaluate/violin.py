@@ -34,8 +34,8 @@ from evqa_jax.evaluate import json_safe, load_json_object
 from evqa_jax.metrics import violin as violin_lib
 
 
-def _load_json(path: str, what: str) -> dict:
-  return load_json_object(path, what, "{clip_id: ...}")
+def _load_json(path: str, what: str, finite: bool = True) -> dict:
+  return load_json_object(path, what, "{clip_id: ...}", finite)
 
 
 def read_annotation(path: str) -> dict[str, dict[str, Any]]:
@@ -64,7 +64,7 @@ def read_predictions(path: str, clips: dict[str, dict[str, Any]],
   A malformed entry is left out (its clip then scores wrong) and counted in `errors` by kind (PRED_ERROR_KINDS);
   numbers outside [0, 1] are kept and counted as out_of_range.
   """
-  raw = _load_json(path, "prediction JSON")
+  raw = _load_json(path, "prediction JSON", finite=False)
   errors = {} if errors is None else errors
   for kind in PRED_ERROR_KINDS:
     errors.setdefault(kind, 0)
