@@ -101,7 +101,7 @@ def test_experiment_identity_survives_a_json_round_trip(path):
   """A resumed run compares its identity with the one read back from the checkpoint's JSON: tuple-valued entries
   (config.trainable) must not read as a different experiment."""
   import json
-  from evqa_jax.train import trainer
-  identity = trainer._config_identity(_load(path).get_config())
+  from evqa_jax.train import workdir
+  identity = workdir.config_identity(_load(path).get_config())
   assert "trainable" in identity and "pretrained" in identity
-  assert trainer._identity_diffs(identity, json.loads(json.dumps(identity))) == []
+  assert workdir.identity_diffs(identity, json.loads(json.dumps(identity))) == []

@@ -437,7 +437,7 @@ class DebertaV2Encoder(nn.Module):
 
   def setup(self):
     cfg = self.config
-    layer_cls = layers.maybe_remat(DebertaV2Layer, cfg.remat, static_argnums=(6,))  # deterministic
+    layer_cls = layers.maybe_remat(DebertaV2Layer, cfg.remat, static_argnums=(6, 7))  # deterministic, rel_rows
     self.layer = [layer_cls(cfg, name=f"layer_{i}") for i in range(cfg.num_hidden_layers)]
     if cfg.relative_attention:
       self.rel_embeddings = _embed(cfg, 2 * cfg.att_span, "rel_embeddings", (None, "embed"))
