@@ -340,7 +340,7 @@ def _flip_silently(ckpt_state_dir, workdir):
   is compressed: most flips break decompression, which was already detected); returns the array path it changed."""
   import glob
   import jax
-  from evqa_jax.train.trainer import load_checkpoint_arrays
+  from evqa_jax.train.checkpointing import load_checkpoint_arrays
   _, before = load_checkpoint_arrays(workdir)
   before = {jax.tree_util.keystr(p): np.asarray(v) for p, v in jax.tree_util.tree_leaves_with_path(before)}
   data = max(glob.glob(os.path.join(ckpt_state_dir, "ocdbt.process_0", "d", "*")), key=os.path.getsize)
