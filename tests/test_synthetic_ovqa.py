@@ -130,8 +130,10 @@ def test_cli_small_and_bad_knob(tmp_path, capsys):
   assert not (out / "raw" / "subtitles.json").exists()
   src = TFRecordDataSource.from_split(str(out / "records"), "train")
   assert len(src) == 300 and src[0]["subtitles"] == ""
-  assert so.main(["--out", str(tmp_path / "bad"), "--small", "--num-heldout", "1000"]) == 1
-  assert "num_heldout=1000" in capsys.readouterr().err
+  from evqa_jax import cli
+  assert cli.run(so.main, ["--out", str(tmp_path / "bad"), "--small", "--num-heldout", "1000"]) == 2  # one line
+  err = capsys.readouterr().err
+  assert "num_heldout=1000" in err and err.count("\n") == 1, err
 
 
 def test_ensure_world_builds_once_and_graphs(tmp_path, monkeypatch):
