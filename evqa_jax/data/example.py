@@ -138,15 +138,20 @@ def _validate_numeric(name: str, feature: Feature, value: Any, where: str | None
   return arr
 
 
-def validate_example(example: Mapping[str, Any], spec: Mapping[str, Feature], where: str | None = None) -> None:
-  """The checks of `encode_example` without serializing: fields, dtype kinds, values after the cast to the storage
-  dtype (finite floats, ints in range) and shapes. ValueError naming the field and `where`."""
+def _check_fields(example: Mapping[str, Any], spec: Mapping[str, Feature], where: str | None) -> None:
+  """ValueError naming the first spec field missing from `example`, or the first field the spec does not have."""
   missing = sorted(set(spec) - set(example))
   extra = sorted(set(example) - set(spec))
   if missing:
     raise ValueError(f"{_ctx(missing[0], where)}: missing (spec fields missing from example: {missing})")
   if extra:
     raise ValueError(f"{_ctx(extra[0], where)}: not in the spec (extra fields: {extra})")
+
+
+def validate_example(example: Mapping[str, Any], spec: Mapping[str, Feature], where: str | None = None) -> None:
+  """The checks of `encode_example` without serializing: fields, dtype kinds, values after the cast to the storage
+  dtype (finite floats, ints in range) and shapes. ValueError naming the field and `where`."""
+  _check_fields(example, spec, where)
   for name in sorted(spec):
     feature = spec[name]
     if feature.dtype == "string":
@@ -161,12 +166,7 @@ def encode_example(example: Mapping[str, Any], spec: Mapping[str, Feature], wher
   Raises ValueError naming the field (and `where`, e.g. "record 12 of train.csv") on a missing or extra
   field, a wrong dtype kind, out-of-range integers, or a shape that does not match the spec.
   """
-  missing = sorted(set(spec) - set(example))
-  extra = sorted(set(example) - set(spec))
-  if missing:
-    raise ValueError(f"{_ctx(missing[0], where)}: missing (spec fields missing from example: {missing})")
-  if extra:
-    raise ValueError(f"{_ctx(extra[0], where)}: not in the spec (extra fields: {extra})")
+  _check_fields(example, spec, where)
   proto = tf_example_pb2.Example()
   fmap = proto.features.feature
   for name in sorted(spec):
