@@ -10,6 +10,8 @@ launch/train.py, launch/aot_check.py, the benchmarks and the tests call `ensure_
 import os
 import sys
 
+from evqa_jax import io as evqa_io
+
 
 def _world_root(config) -> str:
   data_dir = os.path.expanduser(config.data.dir)
@@ -42,8 +44,13 @@ def ensure_synthetic_world(config) -> None:
         raise ValueError(f"config.data.synthetic = {preset!r}: expected 'default' or 'small'")
       from data_prep import synthetic_evqa
       root = _world_root(config)
-      print(f"Generating the synthetic E-VQA world ({preset}) in {root} ...", flush=True)
-      synthetic_evqa.generate(root, small=preset == "small", verbose=False)
+      os.makedirs(root, exist_ok=True)
+      # Several processes (parallel test workers, hosts sharing a disk) may ask at once: one builds, the others
+      # wait and then find the records.
+      with evqa_io.file_lock(os.path.join(root, ".build.lock")):
+        if not os.path.exists(os.path.join(os.path.expanduser(config.data.dir), "metadata.json")):
+          print(f"Generating the synthetic E-VQA world ({preset}) in {root} ...", flush=True)
+          synthetic_evqa.generate(root, small=preset == "small", verbose=False)
   else:
     raise ValueError(f"config.task = {config.task!r}: no built-in synthetic world (config.data.synthetic = "
                      f"{preset!r})")

@@ -1,7 +1,9 @@
 """Test-wide set-up: 8 simulated CPU devices so sharding tests run on one host; the opt-in `demo` marker; a
-per-module persistent compilation cache."""
+persistent compilation cache for the whole run (and a fresh one per module where a module asks for it)."""
 
 import os
+import shutil
+import tempfile
 
 import pytest
 
@@ -11,10 +13,26 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # The suite runs on CPU even where libtpu is installed (`.[tpu]`, for AOT compiles to TPU topologies): JAX then
 # neither probes for TPU chips nor takes libtpu's host-wide lock at start-up.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# One persistent XLA cache for the whole run, shared by the pytest-xdist workers and by every
+# launch/train.py subprocess the tests start (they inherit the environment): the resume, hardening, CLI and
+# multi-process tests restart the same tiny configs many times, and each restart would otherwise compile its steps
+# again. Entries are keyed by the program, devices, flags and versions, so a hit is the program a miss would compile.
+# The controller sets it before the workers start, so they inherit it; a cache the user set is left alone.
+_OWN_CACHE = "JAX_COMPILATION_CACHE_DIR" not in os.environ
+_CACHE_DIR = os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
+                                   os.path.join(tempfile.gettempdir(), f"evqa_jax_test_xla_cache_{os.getpid()}"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 
 def pytest_configure(config):
   config.addinivalue_line("markers", "demo: reruns a recorded demo table (long); only with `-m demo`")
+
+
+def pytest_sessionfinish(session, exitstatus):
+  del exitstatus
+  if _OWN_CACHE and not hasattr(session.config, "workerinput"):  # the process that made the cache removes it
+    shutil.rmtree(_CACHE_DIR, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):
