@@ -200,8 +200,8 @@ def _train_split(gen: str, out_dir: str, copies: int = 4) -> tuple[str, str]:
 
 
 def test_release_end_to_end(release, tmp_path):
-  """The release converted (train and test splits) -> the paper config (its model features on; CLIP, MiniLM and heads
-  shrunk) trained 2 steps -> the trainer's evaluation writes the official files (predictions.json, pred_masks/ PNGs
+  """The release converted (train and test splits) -> the paper config (its model features on; CLIP, the text
+  encoder and the heads shrunk) trained 2 steps -> the trainer's evaluation writes the official files (predictions.json, pred_masks/ PNGs
   named as the release's masks, mcq_predictions.json) -> both evaluators, reading the release files as published,
   give the trainer's own numbers."""
   from configs import evqa_gen
@@ -212,7 +212,7 @@ def test_release_end_to_end(release, tmp_path):
   gen_csv, gen_masks = os.path.join(gen, "st_evidence_gen.csv"), os.path.join(gen, "masks")
   records = str(tmp_path / "records")
   train_csv, train_masks = _train_split(gen, str(tmp_path))
-  common = ["--videos", os.path.join(gen, "videos_6fps"), "--num-frames", "16", "--frame-size", "32", "32",
+  common = ["--videos", os.path.join(gen, "videos_6fps"), "--num-frames", "8", "--frame-size", "32", "32",
             "--out", records]
   st_evidence.main(["--csv", train_csv, "--masks", train_masks, "--split", "train"] + common)
   st_evidence.main(["--csv", gen_csv, "--masks", gen_masks, "--mcq-release", mcq_dir, "--split", "test"] + common)
@@ -222,8 +222,12 @@ def test_release_end_to_end(release, tmp_path):
   assert (m.frame_encoder, m.evidence_readout, m.frame_descriptors, m.factorized_masks) == ("clip", True, True, True)
   assert m.shape_window > 0 and m.shape_radius > 0
   c.data.dir = records
-  c.pretrained.clip_dir = ""  # random weights at the tiny shape below
+  c.data.max_tokens = 32  # the fixture's longest question + 5 options is 17 tokens
+  c.pretrained.clip_dir = ""  # random weights at the tiny shapes below
   c.pretrained.clip_shape = TINY_CLIP
+  c.pretrained.dir, c.pretrained.tokenizer = "", "pkg:minilm"  # MiniLM's tokenizer, a 1-layer 16-wide BERT
+  c.pretrained.shape = dict(vocab_size=30522, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                            intermediate_size=32, max_position_embeddings=64)
   m.num_layers = 1
   m.temporal_dim, m.seg_dim, m.seg_mlp_dim, m.answer_dim = 16, 8, 16, 16
   c.batch_size = c.eval_batch_size = 8
