@@ -63,7 +63,8 @@ def _entries(records_dir: str, split: str) -> list[dict]:
     ex = src[i]
     out.append({"entry_id": str(ex["entry_id"]), "video_id": str(ex["video_id"]),
                 "num_video_frames": int(ex["num_video_frames"]), "fps": float(ex["fps"]),
-                "orig_size": tuple(int(x) for x in ex["orig_size"])})
+                "orig_size": tuple(int(x) for x in ex["orig_size"]),
+                "mask_name_digits": int(ex.get("mask_name_digits", st_eval.AUTHORS_MASK_DIGITS))})
   return out
 
 
@@ -75,7 +76,8 @@ def gen_baseline(records_dir: str, split: str, mask_kind: str, out_dir: str) -> 
     mask = trivial_mask(mask_kind, *e["orig_size"])
     preds.append({"entry_id": e["entry_id"], "video_id": e["video_id"], "answer": "A",
                   "segments": [(0.0, round(e["num_video_frames"] / e["fps"], 4))],
-                  "masks": {f: mask for f in range(e["num_video_frames"])}})
+                  "masks": {f: mask for f in range(e["num_video_frames"])},
+                  "mask_name_digits": e["mask_name_digits"]})
   pred_json, mask_root = evqa_task.write_gen_predictions(preds, out_dir)
   gt_masks = os.path.join(records_dir, gt["gt_masks"]) if gt.get("gt_masks") else None
   metrics, _ = st_eval.evaluate(os.path.join(records_dir, gt["csv"]), pred_json, gt_masks,
@@ -111,7 +113,7 @@ def rescore_every_frame(records_dir: str, split: str, pred_dir: str, out_dir: st
     have = set(os.listdir(src)) if os.path.isdir(src) else set()
     empty = trivial_mask("empty", *e["orig_size"])
     for f in range(e["num_video_frames"]):
-      name = f"{f:05d}.png"
+      name = st_eval.mask_file_name(f, e["mask_name_digits"])
       if name in have:
         shutil.copyfile(os.path.join(src, name), os.path.join(dst, name))
       else:

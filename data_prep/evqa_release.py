@@ -2,7 +2,11 @@
 
 The release (SalesforceAIResearch/EVQA benchmark/HUGGINGFACE_README.md):
   st_evidence_gen/  st_evidence_gen.csv, videos_6fps.tar.gz (-> <video_id>.mp4, 6 fps), masks.tar.gz
-                    (-> <entry_id>/<frame>.png, read by the converter's --masks as they are)
+                    (-> <entry_id>/<frame>.png, read by the converter's --masks as they are). The names are not
+                    documented; the authors' prediction scripts (benchmark/st_evidence_gen/*_st_evidence.py) write
+                    the mask of 6-fps frame i as str(i).zfill(5) + ".png" and eval_st_evidence.py pairs files by
+                    exact name, so the release's are "00012.png"; the converter keeps each folder's padding
+                    (records field mask_name_digits) and the prediction writer reuses it.
   st_evidence_mcq/  st_evidence_mcq.csv (entry_id, video_id | video, video_path, question, candidates | options,
                     answer, segment, ...), temp_options.json, mask_options.json, options.tar.gz
 
@@ -17,7 +21,9 @@ MCQ (benchmark/st_evidence_mcq/*_st_evidence_mcq.py):
                       "answer": index}} or {entry_id: {"mcq_options": [4 image paths], "answer" | "correct_answer"}};
                       paths are relative to the folder options.tar.gz is extracted in (absolute paths are used as
                       they are); an entry may also be keyed otherwise and carry "entry_id".
-  options.tar.gz     the option images: the reference frame with a red boundary drawn around each candidate.
+  options.tar.gz     the option images: a video frame with a red boundary drawn around each candidate (the
+                      authors' spatial prompt: "Each image has a red mask boundary overlaid on it, highlighting a
+                      different object or region"; which frame, and how thick the line, is not documented).
 The released spatial options are pictures, not masks. `mcq_from_release` recovers what the records need: the
 reference frame is the video frame closest to the option images (mean absolute difference), and each candidate
 mask is the region enclosed by the pixels where the option image differs from that frame (the drawn boundary,

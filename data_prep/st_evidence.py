@@ -10,7 +10,8 @@ Raw format (REFERENCE.md section 3):
   frames         frames/<video_id>/<frame:05d>.png|.jpg, every frame of the video at 6 fps, numbered from 0
   --videos       or the release's videos_6fps/<video_id>.mp4, decoded with PyAV (data_prep/evqa_release.py)
   --masks        gt_masks/<entry_id>/<frame>.png: any non-zero pixel = evidence object (all objects merged);
-                 <frame> is the frame index at 6 fps; a frame without a PNG has an empty mask
+                 <frame> is the frame index at 6 fps, one zero-padding per folder (the release: 5 digits,
+                 "00012.png"); a frame without a PNG has an empty mask
   --instruct-json  <dir>/<entry_id>.json (ST-Evidence-Instruct): {fps, width, height, evidence_objects:
                  [{ref_expression, masks: [{frame, mask}]}]}, mask = {exterior: [[x, y], ...], holes: [[[x, y],
                  ...], ...]} polygon (pixel coordinates, rasterised with PIL, holes cut out) or COCO RLE
@@ -38,6 +39,9 @@ Record schema (one record per CSV row; T = --num-frames, H x W = --frame-size):
   num_video_frames     int32 ()           frames in the whole video at 6 fps
   orig_size            int32 [2]          (height, width) of the source frames (masks are predicted at this size)
   masks                uint8 [T, H, W]    0/1 evidence mask of each sampled frame, all objects merged
+  mask_name_digits     int32 ()           zero-padding of the entry's GT mask names (5: "00012.png", 0: "12.png";
+                                          5, the release's, without a PNG folder): predicted masks are written
+                                          under the same names (evqa_jax.evaluate.st_evidence.mask_file_name)
   has_masks            bool ()            False only for entries converted with --allow-missing-masks
   segments             float32 [S, 2]     temporal evidence [start, end] seconds (S >= 1, variable)
   has_mcq              bool ()            True when the MCQ file has this entry; the mcq_* fields are
@@ -85,6 +89,7 @@ from evqa_jax import io as evqa_io
 from evqa_jax.data import records
 from data_prep import common
 from evqa_jax.data.example import Feature
+from evqa_jax.evaluate import st_evidence as st_eval
 
 FPS = 6.0
 NUM_FRAMES = 32
@@ -120,6 +125,7 @@ def record_spec(num_frames: int, height: int, width: int) -> dict[str, Feature]:
       "num_video_frames": Feature("int32", ()),
       "orig_size": Feature("int32", (2,)),
       "masks": Feature("uint8", (t, h, w)),
+      "mask_name_digits": Feature("int32", ()),
       "has_masks": Feature("bool", ()),
       "segments": Feature("float32", (None, 2)),
       "has_mcq": Feature("bool", ()),
@@ -347,17 +353,29 @@ def _numbered_images(directory: str, exts=IMAGE_EXTS) -> dict[int, str]:
   return out
 
 
-def masks_from_pngs(directory: str, entry_id: str, num_video_frames: int, height: int, width: int) -> dict[int, np.ndarray]:
+def masks_from_pngs(directory: str, entry_id: str, num_video_frames: int, height: int,
+                    width: int) -> tuple[dict[int, np.ndarray], int]:
+  """({frame index at 6 fps: 0/1 mask [H, W]}, zero-padding of the PNG names) of one entry's mask folder.
+
+  Every PNG must be named <frame>.png with one padding (st_eval.mask_name_digits): the official evaluator pairs a
+  predicted PNG with the ground-truth PNG of the same name, so the predictions are written under the same names.
+  """
   where = f"{directory}: entry {entry_id!r}"
+  names = sorted(n for n in os.listdir(directory) if n.lower().endswith(".png"))
+  try:
+    digits = st_eval.mask_name_digits(names, where)
+  except ValueError as e:
+    raise ConversionError("bad_mask", str(e)) from None
   out = {}
-  for frame, path in sorted(_numbered_images(directory, (".png",)).items()):
+  for name in names:
+    frame, path = int(name[:-len(".png")]), os.path.join(directory, name)
     if frame >= num_video_frames:
       raise ConversionError("bad_mask", f"{where}: mask {path} is for frame {frame}, the video has {num_video_frames}")
     m = read_mask_png(path, where)
     if m.shape != (height, width):
       raise ConversionError("bad_mask", f"{where}: mask {path} is {m.shape[1]}x{m.shape[0]}, frames are {width}x{height}")
     out[frame] = m
-  return out
+  return out, digits
 
 
 def sample_indices(num_video_frames: int, num_frames: int) -> np.ndarray:
@@ -536,11 +554,11 @@ def convert(csv_path: str, frames_dir: str, out: str, split: str = "test", masks
 
     json_path = os.path.join(instruct_dir, entry_id + ".json") if instruct_dir else None
     png_dir = os.path.join(masks_dir, entry_id) if masks_dir else None
-    has_masks, from_png = True, False
+    has_masks, from_png, digits = True, False, st_eval.AUTHORS_MASK_DIGITS
     if json_path and os.path.exists(json_path):
       mask_by_frame = masks_from_instruct(json_path, entry_id, n, h0, w0)
     elif png_dir and os.path.isdir(png_dir):
-      mask_by_frame, from_png = masks_from_pngs(png_dir, entry_id, n, h0, w0), True
+      (mask_by_frame, digits), from_png = masks_from_pngs(png_dir, entry_id, n, h0, w0), True
     elif allow_missing_masks:
       mask_by_frame, has_masks = {}, False
     else:
@@ -578,7 +596,7 @@ def convert(csv_path: str, frames_dir: str, out: str, split: str = "test", masks
         "candidates": np.asarray(candidates, object), "answer_index": np.int32(answer_index),
         "frames": frames, "frame_mask": valid, "frame_times": times, "frame_indices": indices,
         "fps": np.float32(FPS), "num_video_frames": np.int32(n), "orig_size": np.asarray([h0, w0], np.int32),
-        "masks": masks, "has_masks": np.bool_(has_masks), "segments": segments,
+        "masks": masks, "mask_name_digits": np.int32(digits), "has_masks": np.bool_(has_masks), "segments": segments,
         "has_mcq": np.bool_(m is not None), "mcq_segments": mcq_segments, "mcq_segments_len": mcq_len,
         "mcq_temporal_answer": np.int32(m["temporal_answer"] if m else -1), "mcq_masks": mcq_masks,
         "mcq_frame": np.int32(m["frame"] if m else -1),

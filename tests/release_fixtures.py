@@ -336,14 +336,16 @@ EVQA_ENTRIES = [
 ]
 
 
-def evqa_release(root: str, height: int = 24, width: int = 32, seed: int = 0) -> dict:
+def evqa_release(root: str, height: int = 24, width: int = 32, seed: int = 0, mask_digits: int = 5) -> dict:
   """The ST-Evidence release (SalesforceAIResearch/EVQA benchmark/HUGGINGFACE_README.md) in miniature.
 
   st_evidence_gen/st_evidence_gen.csv: entry_id, video_id, video_path, question, candidates (python-list
   string), answer (text), segment ("[[s, e], ...]" seconds). st_evidence_gen/videos_6fps/<video_id>.mp4 (the
   extracted videos_6fps.tar.gz; the authors' scripts map `<video_id>.mp4` found in the folder or one level below).
   st_evidence_gen/masks/<entry_id>/<frame:05d>.png (the extracted masks.tar.gz; eval_st_evidence.py reads
-  `gt_masks/<entry_id>/<name>.png`, `convert('L') > 0`, one file per annotated 6 fps frame; 0/255 here).
+  `gt_masks/<entry_id>/<name>.png`, `convert('L') > 0`, one file per annotated 6 fps frame; 0/255 here; the
+  names are those of the authors' prediction scripts, `str(frame).zfill(5)`, since the evaluator pairs files by
+  name; `mask_digits` = 0 writes "12.png" instead, a folder named otherwise than the release).
   st_evidence_mcq/: st_evidence_mcq.csv (the README's columns entry_id, video_id, video_path, question,
   candidates, answer, segment, mask_options, temp_options); temp_options.json {entry_id: {"question",
   "time_evidence_options": [[[s, e], ...] x 4], "correct_answer": "A".."D", "ground_truth_segments": [[s, e]]}};
@@ -376,7 +378,8 @@ def evqa_release(root: str, height: int = 24, width: int = 32, seed: int = 0) ->
         masks[entry_id][f_idx] = m
         d = os.path.join(gen, "masks", entry_id)
         os.makedirs(d, exist_ok=True)
-        Image.fromarray(m.astype(np.uint8) * 255).save(os.path.join(d, f"{f_idx:05d}.png"))
+        name = f"{f_idx:0{mask_digits}d}.png" if mask_digits else f"{f_idx}.png"
+        Image.fromarray(m.astype(np.uint8) * 255).save(os.path.join(d, name))
     rows.append({"entry_id": entry_id, "video_id": video_id, "video_path": f"videos_6fps/{video_id}.mp4",
                  "question": question, "candidates": str(cands), "answer": answer, "segment": str(segs)})
     distractors = [[[round(s + 0.5 * (j + 1), 2), round(e + 0.5 * (j + 1), 2)] for s, e in segs] for j in range(3)]

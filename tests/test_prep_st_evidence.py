@@ -179,6 +179,8 @@ def test_convert_values(tmp_path):
   np.testing.assert_array_equal(e2["masks"][3], corner)
   assert e2["masks"][1].sum() == 0
   assert not e2["has_mcq"] and e2["mcq_frame"] == -1 and e2["mcq_masks"].sum() == 0
+  # Predicted masks are written under the GT names: e1's "00001.png" are 5 digits; e2 (Instruct JSON) the release's 5.
+  assert e1["mask_name_digits"] == 5 and e2["mask_name_digits"] == 5
 
   # Ground truth in the evaluators' layout.
   with open(out / "test.csv") as f:
@@ -246,6 +248,9 @@ def _corrupt(kind, raw):
   if kind == "unreadable_mask":
     (raw / "gt_masks" / "e1" / "00002.png").write_bytes(b"\x89PNG garbage")
     return "unreadable_image", ["'e1'", "00002.png"]
+  if kind == "mask_names":  # two zero-paddings in one folder: predicted masks could not take the GT names
+    os.rename(raw / "gt_masks" / "e1" / "00003.png", raw / "gt_masks" / "e1" / "3.png")
+    return "bad_mask", ["'e1'", "00001.png and 3.png", "zero-padded differently"]
   if kind == "polygon_outside":
     obj = json.loads((raw / "instruct" / "e2.json").read_text())
     obj["evidence_objects"][0]["masks"][0]["mask"]["exterior"][1] = [12, 1]
@@ -271,7 +276,7 @@ def _corrupt(kind, raw):
 
 
 BAD = ["missing_column", "empty_field", "bad_candidates", "answer_not_in_candidates", "bad_segment", "unknown_video",
-       "unreadable_frame", "unreadable_mask", "polygon_outside", "instruct_missing_key", "missing_masks",
+       "unreadable_frame", "unreadable_mask", "mask_names", "polygon_outside", "instruct_missing_key", "missing_masks",
        "mcq_options", "mcq_mask_count"]
 
 

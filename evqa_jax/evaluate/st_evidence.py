@@ -20,6 +20,9 @@ Inputs, read exactly as SalesforceAIResearch/EVQA `benchmark/st_evidence_gen/eva
     removed, + "/concat" (or "/seperate" with --mask-mode seperate). An entry's "mask_folder" key, when present,
     takes precedence (a path relative to the working directory, as in the official script). A predicted PNG is
     matched to the GT PNG of exactly the same file name (no GT PNG = empty mask); unreadable PNGs are skipped.
+    Names: the authors' prediction scripts write frame i of the 6-fps video as `str(i).zfill(5) + ".png"`, the naming
+    of the release's masks (`mask_file_name`); our writer reuses the padding of each entry's GT folder
+    (`mask_name_digits`, stored by the converter).
 
 Leniency beyond the official script (off by default):
   --match-frame-numbers   also match numeric names by value (12.png <-> 00012.png).
@@ -129,6 +132,43 @@ def read_mask(path: str) -> Optional[np.ndarray]:
 def _png_names(directory: str) -> list[str]:
   """Names ending in ".png" (case-sensitive, as the official glob('*.png')), sorted."""
   return sorted(n for n in os.listdir(directory) if n.endswith(".png"))
+
+
+# The authors' prediction scripts (benchmark/st_evidence_gen/*_st_evidence.py, unipixel_video_seg.py) name the mask of
+# 6-fps frame i `str(i).zfill(5) + ".png"`, and the evaluator pairs files by exact name: the release's ground truth is
+# named so too (else none of their masks would score).
+AUTHORS_MASK_DIGITS = 5
+
+
+def mask_file_name(frame: int, digits: int = AUTHORS_MASK_DIGITS) -> str:
+  """The PNG name of 6-fps frame `frame`, zero-padded to `digits` digits ("00012.png"; digits 0: "12.png")."""
+  return f"{int(frame):0{int(digits)}d}.png" if digits else f"{int(frame)}.png"
+
+
+def mask_name_digits(names: Sequence[str], where: str) -> int:
+  """The zero-padding of one ground-truth mask folder's PNG names, so that a predicted PNG of any frame gets the name
+  the official evaluator looks for (it pairs predicted and ground-truth PNGs by exact file name).
+
+  Every name must be `<frame>.png` (ASCII digits) with one padding throughout: the length of a name with a leading
+  zero ("00012.png" -> 5), or none ("12.png" -> 0); no names -> AUTHORS_MASK_DIGITS. Otherwise a ValueError naming
+  `where` and the file (two names for one frame, "5.png" and "00005.png", are two paddings).
+  """
+  stems = []
+  for name in names:
+    stem = name[:-len(".png")] if name.endswith(".png") else ""
+    if not (stem.isascii() and stem.isdigit()):
+      raise ValueError(f"{where}: mask {name!r} is not named <frame>.png (the frame index at 6 fps); the official "
+                       "evaluator pairs predicted and ground-truth masks by file name")
+    stems.append(stem)
+  if not stems:
+    return AUTHORS_MASK_DIGITS
+  padded = [s for s in stems if len(s) > 1 and s[0] == "0"]
+  digits = len(padded[0]) if padded else 0
+  for stem in stems:
+    if mask_file_name(int(stem), digits) != stem + ".png":
+      raise ValueError(f"{where}: masks {padded[0]}.png and {stem}.png are zero-padded differently; the official "
+                       "evaluator pairs predicted and ground-truth masks by file name, so one folder needs one naming")
+  return digits
 
 
 def _frame_number_key(name: str):

@@ -11,7 +11,10 @@ Decoding (generative, ST-Evidence-Gen):
     times as likely (every benchmark entry has some evidence).
   masks: for every frame predicted as evidence, the mask (logit > logit(mask_threshold)) at the frames' resolution,
     resized (nearest) to the source video's size `orig_size` when the records were stored smaller, written as
-    pred_masks/<entry_id>/masks/<frame at 6 fps :05d>.png (0/255).
+    pred_masks/<entry_id>/masks/<frame at 6 fps>.png (0/255), named as the entry's ground-truth masks (records field
+    mask_name_digits: "00012.png" for the release), since the official evaluator pairs PNGs by exact file name.
+    The layout is the authors' own (<root>/<entry_id>/masks/, no "mask_folder" key): the official script reads it
+    with `--pred_mask_dir <eval dir>/pred_masks`, ours with `--pred-masks <eval dir>/pred_masks`.
 MCQ (ST-Evidence-MCQ): QA = argmax option; temporal / spatial = argmax of the scores the task's predict computed.
 """
 
@@ -25,6 +28,7 @@ from PIL import Image
 
 from evqa_jax import io as io_lib
 from evqa_jax.evaluate import json_safe
+from evqa_jax.evaluate import st_evidence as st_eval
 
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
@@ -95,7 +99,8 @@ def write_mask_png(path: str, mask: np.ndarray) -> None:
 def write_gen_predictions(entries: list[dict], out_dir: str) -> tuple[str, str]:
   """Writes the official ST-Evidence-Gen files; returns (predictions JSON path, pred_masks dir).
 
-  entries: [{"entry_id", "video_id", "answer": letter, "segments": [(s, e)], "masks": {frame: bool [H, W]}}].
+  entries: [{"entry_id", "video_id", "answer": letter, "segments": [(s, e)], "masks": {frame: bool [H, W]},
+  "mask_name_digits": zero-padding of the PNG names (default 5, the release's)}].
   """
   pred_json = os.path.join(out_dir, "predictions.json")
   mask_root = os.path.join(out_dir, "pred_masks")
@@ -106,8 +111,9 @@ def write_gen_predictions(entries: list[dict], out_dir: str) -> tuple[str, str]:
                           "parsed_response": {"answer": e["answer"], "segments": [list(s) for s in e["segments"]]}}
     mdir = os.path.join(mask_root, io_lib.check_id(e["entry_id"], f"predictions in {out_dir}", "entry id"), "masks")
     os.makedirs(mdir, exist_ok=True)
+    digits = e.get("mask_name_digits", st_eval.AUTHORS_MASK_DIGITS)
     for frame, mask in sorted(e["masks"].items()):
-      write_mask_png(os.path.join(mdir, f"{int(frame):05d}.png"), mask)
+      write_mask_png(os.path.join(mdir, st_eval.mask_file_name(frame, digits)), mask)
   io_lib.write_json(pred_json, obj)
   return pred_json, mask_root
 
@@ -131,7 +137,7 @@ def generative_entries(inp, split: str, outputs: dict, ec) -> list[dict]:
       for k in range(k0, k1 + 1):
         masks[int(info["frame_indices"][k])] = resize_mask(bits[k], info["orig_size"])
     out.append({"entry_id": info["entry_id"], "video_id": info["video_id"], "answer": letter,
-                "segments": segments, "masks": masks})
+                "segments": segments, "masks": masks, "mask_name_digits": info["mask_name_digits"]})
   return out
 
 
@@ -143,7 +149,6 @@ def evaluate(inp, split: str, outputs: dict, out_dir: str, ec) -> dict:
   modes = tuple(ec.modes)
   metrics: dict[str, Any] = {}
   if "gen" in modes:
-    from evqa_jax.evaluate import st_evidence as st_eval
     pred_json, mask_root = write_gen_predictions(generative_entries(inp, split, outputs, ec), out_dir)
     if gt["csv"] is None:
       raise FileNotFoundError(f"{inp.data_dir}: no ground-truth CSV recorded for split {split!r}")

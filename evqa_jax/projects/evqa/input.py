@@ -16,6 +16,7 @@ import numpy as np
 from evqa_jax import pretrained
 from evqa_jax.data import records
 from evqa_jax.data import source as source_lib
+from evqa_jax.evaluate import st_evidence as st_eval
 
 NUM_MCQ_OPTIONS = 4
 
@@ -149,7 +150,9 @@ class Input:
     return out
 
   def entries(self, split: str) -> list[dict]:
-    """Per record of `split` (index order): entry_id, video_id, orig_size, frame_indices, has_mcq."""
+    """Per record of `split` (index order): entry_id, video_id, orig_size, frame_indices, fps, has_mcq,
+    num_candidates, mask_name_digits (the GT masks' zero-padding; records converted before the field existed: 5, the
+    release's)."""
     if split not in self._entries:
       src = self.source(split)
       table = []
@@ -158,7 +161,8 @@ class Input:
         table.append({"entry_id": str(ex["entry_id"]), "video_id": str(ex["video_id"]),
                       "orig_size": tuple(int(x) for x in ex["orig_size"]),
                       "frame_indices": np.asarray(ex["frame_indices"], np.int64), "fps": float(ex["fps"]),
-                      "has_mcq": bool(ex["has_mcq"]), "num_candidates": len(ex["candidates"])})
+                      "has_mcq": bool(ex["has_mcq"]), "num_candidates": len(ex["candidates"]),
+                      "mask_name_digits": int(ex.get("mask_name_digits", st_eval.AUTHORS_MASK_DIGITS))})
       self._entries[split] = table
     return self._entries[split]
 
