@@ -5,7 +5,7 @@
       --config.pretrained.init_from=runs/violin_bert_ft          # the main model on the fine-tuned, frozen encoder
 Variants: c3d (reads the C3D records, as configs/violin.py:c3d; the text is the same), small (tests: tiny world,
 tiny random BERT, 4 steps).
-Data, tokenizer, text preprocessing (the authors' clean_str + lower case) and the 256-token caps are configs/violin.py's:
+Data, tokenizer, text preprocessing (the authors' clean_str + lower case) and 256-token caps are configs/violin.py's:
 the stage trains on the very sequences the frozen encoder reads later (evqa_jax/projects/violin/bert_ft.py).
 The authors' own fine-tuning settings are unpublished; these are the defaults of Hugging Face's LM fine-tuning script
 (run_lm_finetuning.py, which the TVQA code VIOLIN builds on used): AdamW lr 5e-5, eps 1e-8, no weight decay, no

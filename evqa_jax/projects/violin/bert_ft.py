@@ -89,7 +89,7 @@ class Task(base.Task):
   def source(self, split: str):
     if split not in self._sources:
       self._sources[split] = TextSource(
-          [(kind, t) for kind in KINDS for t in self.input.texts(kind, [split])], split)
+          [(kind, t) for kind in KINDS for t in self.input.texts(kind, [split]) if t], split)  # no empty subtitles
     return self._sources[split]
 
   def preprocess(self, example: dict, train: bool) -> dict:

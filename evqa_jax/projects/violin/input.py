@@ -111,7 +111,7 @@ def fine_tuned_encoder_params(init_from: str, encoder: str, encoder_config) -> t
     step, state = checkpointing.load_checkpoint_arrays(workdir)
   except FileNotFoundError as e:
     raise FileNotFoundError(f"{key}: {e}; run the fine-tuning stage to its end first ({stage})") from None
-  params = partition.merge_params(state["trainable"], state["frozen"]).get("text_encoder")
+  params = partition.merge_params(state.get("trainable") or {}, state.get("frozen") or {}).get("text_encoder")
   expected = jax.eval_shape(_encoder_init(encoder, encoder_config), jax.random.key(0))
   flat = traverse_util.flatten_dict(params or {}, sep="/")
   want = traverse_util.flatten_dict(expected, sep="/")

@@ -91,14 +91,14 @@ def mask_tokens(key, ids, mask, *, special_ids, mask_id: int, vocab: int, probab
   """BERT's masked-LM corruption of ONE sequence (Devlin et al.; Google's create_pretraining_data.py).
 
   ids, mask `[L]` -> (corrupted ids `[L]`, positions `[P]`, labels `[P]`, weights `[P]` float32), P =
-  num_predictions. Of the n valid non-special tokens, max(1, round(n * probability)) (at most P; none when n = 0)
-  are drawn uniformly without replacement; each becomes [MASK] with probability 0.8, a uniformly drawn token id
-  (< vocab) with 0.1, and stays itself with 0.1. Unused prediction slots have weight 0.
+  num_predictions. Of the n valid non-special tokens, max(1, round(n * probability)) (halves up; at most P; none
+  when n = 0) are drawn uniformly without replacement; each becomes [MASK] with probability 0.8, a uniformly drawn
+  token id (< vocab) with 0.1, and stays itself with 0.1. Unused prediction slots have weight 0.
   """
   k_pick, k_kind, k_token = jax.random.split(key, 3)
   candidate = (mask > 0) & ~jnp.isin(ids, jnp.asarray(special_ids, ids.dtype))
   n = jnp.sum(candidate)
-  count = jnp.where(n > 0, jnp.clip(jnp.round(n * probability), 1, num_predictions), 0)
+  count = jnp.where(n > 0, jnp.clip(jnp.floor(n * probability + 0.5), 1, num_predictions), 0)  # half rounds up
   scores = jnp.where(candidate, jax.random.uniform(k_pick, ids.shape), -1.0)
   _, positions = jax.lax.top_k(scores, num_predictions)  # distinct; the `count` best are candidates
   weights = (jnp.arange(num_predictions) < count).astype(jnp.float32)
