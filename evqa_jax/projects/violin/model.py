@@ -95,6 +95,7 @@ def mask_tokens(key, ids, mask, *, special_ids, mask_id: int, vocab: int, probab
   when n = 0) are drawn uniformly without replacement; each becomes [MASK] with probability 0.8, a uniformly drawn
   token id (< vocab) with 0.1, and stays itself with 0.1. Unused prediction slots have weight 0.
   """
+  ids, mask = jnp.asarray(ids), jnp.asarray(mask)
   k_pick, k_kind, k_token = jax.random.split(key, 3)
   candidate = (mask > 0) & ~jnp.isin(ids, jnp.asarray(special_ids, ids.dtype))
   n = jnp.sum(candidate)
