@@ -234,3 +234,19 @@ def test_init_from_errors_name_the_key(records, fine_tuned, tmp_path):
   with pytest.raises(ValueError, match="config.pretrained.init_from .* baseline model only"):
     c = violin_config.get_config("small,crossmodal")
     projects.build_task(_on_release(c, records, **{"pretrained.init_from": fine_tuned[0]}))
+
+
+def test_decode_positions_are_the_full_logits_at_those_positions():
+  cfg = bert.BertConfig.from_dict(dict(violin_config.get_config("small").pretrained.shape, vocab_size=50))
+  ids = jax.random.randint(jax.random.key(1), (2, 7), 1, 50)
+  mask = np.array([[1] * 7, [1] * 5 + [0] * 2], np.int32)
+  pos = np.array([[0, 6, 3], [4, 1, 1]], np.int32)
+  model = bert.BertLM(cfg)
+  @jax.jit
+  def both(key):
+    params = model.init(key, ids, mask)["params"]
+    return (model.apply({"params": params}, ids, mask, decode=True)["logits"],
+            model.apply({"params": params}, ids, mask, decode_positions=pos)["logits"])
+
+  full, picked = both(jax.random.key(0))
+  np.testing.assert_allclose(np.asarray(picked), np.take_along_axis(np.asarray(full), pos[..., None], 1), atol=1e-6)
