@@ -242,6 +242,7 @@ def test_decode_positions_are_the_full_logits_at_those_positions():
   mask = np.array([[1] * 7, [1] * 5 + [0] * 2], np.int32)
   pos = np.array([[0, 6, 3], [4, 1, 1]], np.int32)
   model = bert.BertLM(cfg)
+
   @jax.jit
   def both(key):
     params = model.init(key, ids, mask)["params"]
