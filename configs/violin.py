@@ -1,6 +1,8 @@
 """VIOLIN (video-and-language inference): the authors' baseline on frozen BERT features, ResNet frames, paper settings.
 
-  python launch/train.py --config=configs/violin.py --workdir=runs/violin
+  python launch/train.py --config=configs/violin_bert_ft.py --workdir=runs/violin_bert_ft   # the BERT fine-tuning stage
+  python launch/train.py --config=configs/violin.py --workdir=runs/violin \
+      --config.pretrained.init_from=runs/violin_bert_ft     # the main model on the fine-tuned, frozen encoder
   python launch/train.py --config=configs/violin.py:demo --workdir=runs/violin_demo          # synthetic, CPU minutes
   python launch/sweep.py --config=configs/violin.py:demo --sweep=inputs --workdir=runs/violin_inputs   # Table 3
 Variants (comma-separated after ':'): demo (built-in synthetic world, generated on first use, + MiniLM-L6 text

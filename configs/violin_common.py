@@ -1,7 +1,10 @@
 """VIOLIN experiment defaults (the authors' baseline on frozen BERT features), shared by the VIOLIN config files.
 
 Paper / authors' code settings: BERT-base text features (last layer, 768; the authors fine-tune BERT on VIOLIN
-statements and subtitles first, then freeze it), ResNet-101 pool5 frame features (2048, 3 fps, L2-normalised, at most
+statements and subtitles first, then freeze it: configs/violin_bert_ft.py runs that stage, and
+`--config.pretrained.init_from=<its workdir>` hands its weights to this config), text preprocessed as their loader
+does (clean_str + lower case, at most 256 word pieces with [CLS] and [SEP] for statements and for the joined
+subtitles: `--max_sub_l`), ResNet-101 pool5 frame features (2048, 3 fps, L2-normalised, at most
 256 frames) or C3D (4096), dropout 0.5, torch Adam with L2 weight decay 1e-5, lr 3e-4 (constant, no clipping),
 batch 256 pairs, 40 epochs.
 """
@@ -38,8 +41,13 @@ def violin_config(arg, config_file: str = "configs/violin.py") -> ml_collections
       synthetic="",  # demo: the preset of the built-in synthetic world to generate when dir is empty
       feature=feature, feature_dim=FEATURE_DIMS[feature],
       max_frames=256,  # the converter's cap; longer videos are subsampled uniformly
-      max_statement_tokens=48,  # statements average 18 words
+      # The authors' loader pads and truncates statements and subtitles alike to --max_sub_l = 256 word pieces
+      # (with [CLS] and [SEP]); statements average 18 words, so the cap only matters for the rare long one.
+      max_statement_tokens=256,
       max_subtitle_tokens=256,  # all subtitle lines of the clip, concatenated (truncated beyond)
+      # authors: each statement and subtitle line through their clean_str, lower-cased, lines joined by a space
+      # (evqa_jax/violin_text.py); none: the text as released. Part of the text-feature cache key.
+      text_preprocessing="authors",
       train_split="train", eval_splits=("validate", "test"),
       text_cache_dir="",  # cached text features: default DATA_DIR/text_cache
       text_cache_batch_size=64,
@@ -57,7 +65,10 @@ def violin_config(arg, config_file: str = "configs/violin.py") -> ml_collections
       hsize1=150, hsize2=300, embed_size=768,  # baseline widths: video LSTM / fusion LSTM / video projection
       dropout=0.5, dtype="float32"))
   c.pretrained = ml_collections.ConfigDict(dict(
-      dir="~/models/bert-base-uncased",  # local HF checkpoint (the authors: BERT-base fine-tuned on VIOLIN)
+      dir="~/models/bert-base-uncased",  # local HF checkpoint: architecture, tokenizer and (without init_from) weights
+      # The workdir of the BERT fine-tuning stage (configs/violin_bert_ft.py): its newest checkpoint's encoder
+      # replaces the weights of `dir` (baseline model). Empty: `dir`'s weights (e.g. the authors' fine-tuned BERT).
+      init_from="",
       tokenizer="",  # default: the pretrained directory
       shape=None,  # explicit encoder architecture (tests); default: the checkpoint's config.json
       encoder_seed=0))  # init of encoder parameters absent from the checkpoint (all of them without one)
@@ -77,6 +88,7 @@ def violin_config(arg, config_file: str = "configs/violin.py") -> ml_collections
         dropout=0.1, dtype="float32"))
     c.trainable = ("visual_proj", "visual_in", "adapter", "LayerNorm", "cls_head")
     c.data.max_frames = 32
+    c.data.max_statement_tokens = 48  # 32 frames + statement + subtitles must fit BERT's 512 positions
     c.optim.lr = 5e-5
   if "cached" in variants and c.model_name == "baseline":  # crossmodal: one joint encoder, nothing to cache
     c.model.text_features = "cached"
@@ -92,6 +104,7 @@ def violin_config(arg, config_file: str = "configs/violin.py") -> ml_collections
     c.data.max_frames = 12  # 12 uniform samples keep every fact window (the action's is >= 3 frames long)
     c.data.max_statement_tokens = 14  # the world's statements have at most 13 MiniLM tokens
     c.data.max_subtitle_tokens = 72  # ... and subtitles at most 67
+    c.data.text_preprocessing = "none"  # the recorded demo tables were made from the world's text as written
   if "demo" in variants:
     # MiniLM-L6 (hidden 384) from PyPI as the frozen text encoder, its features cached once per text. The LSTMs
     # dominate the CPU time, so the demo narrows the baseline (LSTMs 64 / 128 per direction, video projection 256

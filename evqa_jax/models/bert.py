@@ -328,15 +328,16 @@ class BertLM(nn.Module):
 
   __call__(input_ids [b, L] int, attention_mask [b, L], *, token_type_ids=None ([b, L] or [b, T+L]),
            visual=None [b, T, visual_dim], visual_mask=None [b, T], mask_index=None [b] int (into T+L),
-           deterministic=True, decode=False) -> {"hidden": [b, T+L, H],
-           "mask_feature": [b, H] (with mask_index), "logits": [b, T+L, vocab] (with decode)}
+           deterministic=True, decode=False, decode_positions=None [b, P] int (into T+L)) -> {"hidden": [b, T+L, H],
+           "mask_feature": [b, H] (with mask_index), "logits": [b, T+L, vocab] (with decode) or [b, P, vocab] at
+           decode_positions (a masked-LM loss over a few positions without the full [b, T+L, vocab] logits)}
   Dropout needs the "dropout" rng when deterministic=False.
   """
   config: BertConfig
 
   @nn.compact
   def __call__(self, input_ids, attention_mask, *, token_type_ids=None, visual=None, visual_mask=None,
-               mask_index=None, deterministic: bool = True, decode: bool = False):
+               mask_index=None, deterministic: bool = True, decode: bool = False, decode_positions=None):
     cfg = self.config
     if input_ids.ndim != 2:
       raise ValueError(f"BertLM: input_ids must be [batch, length], got shape {input_ids.shape}")
@@ -384,6 +385,9 @@ class BertLM(nn.Module):
       out["mask_feature"] = head(at_mask)
     if decode:
       out["logits"] = head.add_bias(embeddings.attend(head(hidden)))
+    elif decode_positions is not None:
+      picked = jnp.take_along_axis(hidden, decode_positions[..., None].astype(jnp.int32), axis=1)
+      out["logits"] = head.add_bias(embeddings.attend(head(picked)))
     elif mask_index is None and self.is_initializing():
       head.add_bias(embeddings.attend(head(hidden[:, :1])))  # create the head params whatever the init call
     return out

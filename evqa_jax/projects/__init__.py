@@ -7,7 +7,7 @@ import importlib
 
 TASKS = {
     "ovqa": "evqa_jax.projects.ovqa.task:Task",
-    "violin": "evqa_jax.projects.violin.task:Task",
+    "violin": "evqa_jax.projects.violin.task:make_task",  # the task, or its BERT fine-tuning stage
     "evqa": "evqa_jax.projects.evqa.task:Task",
 }
 

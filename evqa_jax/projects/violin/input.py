@@ -10,8 +10,12 @@ Text features (`config.model.text_features`, baseline model):
           used splits, and the step reads those features from disk (`TextFeatureCache`). Because the encoder is
           frozen, deterministic and run per text, this is the same function (the authors also fed precomputed BERT
           features); it turns CPU runs from hours into minutes. The cache lives in `config.data.text_cache_dir`
-          (default DATA_DIR/text_cache), keyed by encoder, weights, tokenizer, maximum length and the texts, so sweep
-          points share it.
+          (default DATA_DIR/text_cache), keyed by encoder, weights, tokenizer, text preprocessing, maximum length and
+          the texts, so sweep points share it and a change of any of them never reuses an old cache.
+
+Text preprocessing (`config.data.text_preprocessing`): `authors` runs statements and subtitles through the authors'
+clean_str + lower case (evqa_jax/violin_text.py) before the tokenizer, as their violin_dataset.py; `none` tokenizes the
+text as released. Tokens are [CLS] + word pieces cut to max_len - 2 + [SEP], padded: their tokenize_and_pad.
 
 Video features are padded (or uniformly subsampled, first and last frame kept) to `config.data.max_frames` with a mask.
 """
@@ -28,13 +32,19 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import traverse_util
 
 from evqa_jax import io as io_lib
 from evqa_jax import pretrained
+from evqa_jax import violin_text
 from evqa_jax.data import records
 from evqa_jax.data import source as source_lib
 from evqa_jax.evaluate import violin as violin_eval
 from evqa_jax.models import encoders
+
+
+# config.data.text_preprocessing values (see the module docstring).
+TEXT_PREPROCESSING = ("authors", "none")
 
 
 def frame_indices(num_frames: int, max_frames: int) -> np.ndarray:
@@ -61,24 +71,79 @@ def subtitle_text(entry: dict) -> str:
   return " ".join(line for line in lines if line)
 
 
-def frozen_encoder_params(encoder: str, encoder_config, pretrained_dir, seed: int) -> dict:
-  """Host params of the frozen text encoder: the pretrained checkpoint, else a seeded random init (tests)."""
+def _encoder_init(encoder: str, encoder_config):
+  """rng -> plain (unboxed) params of the text encoder `encoder_config` on dummy inputs."""
   module = encoders.ENCODERS[encoder](encoder_config)
   ids = jnp.ones((1, 8), jnp.int32)
   kwargs = {}
   if encoder_config.num_visual_tokens:
     kwargs["visual"] = jnp.zeros((1, encoder_config.num_visual_tokens, encoder_config.visual_dim))
-  init = jax.jit(lambda r: nn.meta.unbox(module.init(r, ids, jnp.ones_like(ids), **kwargs)["params"]))(
-      jax.random.key(seed))
+  return lambda r: nn.meta.unbox(module.init(r, ids, jnp.ones_like(ids), **kwargs)["params"])
+
+
+def frozen_encoder_params(encoder: str, encoder_config, pretrained_dir, seed: int) -> dict:
+  """Host params of the frozen text encoder: the pretrained checkpoint, else a seeded random init (tests)."""
+  init = jax.jit(_encoder_init(encoder, encoder_config))(jax.random.key(seed))
   params = pretrained.load_encoder_weights(encoder, encoder_config, pretrained_dir, init)
   return jax.tree.map(np.asarray, params)
 
 
+def fine_tuned_encoder_params(init_from: str, encoder: str, encoder_config) -> tuple[dict, str]:
+  """`config.pretrained.init_from`: the text encoder of the newest checkpoint of the BERT fine-tuning stage's workdir
+  (configs/violin_bert_ft.py, params under `text_encoder/`) -> (host float32 params, what they are: the cache key).
+
+  The checkpoint's tree and shapes must be those of `encoder_config` (config.pretrained.dir / shape); errors name
+  config.pretrained.init_from.
+  """
+  from evqa_jax.train import checkpointing, partition  # the trainer imports the projects: import when used
+  key = f"config.pretrained.init_from = {init_from!r}"
+  workdir = os.path.abspath(os.path.expanduser(init_from))
+  stage = f"python launch/train.py --config=configs/violin_bert_ft.py --workdir={init_from}"
+  cfg_path = os.path.join(workdir, "config.json")
+  if not os.path.exists(cfg_path):
+    raise FileNotFoundError(f"{key}: {workdir} is not a workdir (no config.json). It must be the workdir of the BERT "
+                            f"fine-tuning stage ({stage}), or '' to use the weights of config.pretrained.dir")
+  written = io_lib.load_json(cfg_path, "workdir config").get("config", {})
+  if written.get("model_name") != "bert_mlm":
+    raise ValueError(f"{key}: {cfg_path} records a {written.get('task')!r} run of model {written.get('model_name')!r}, "
+                     "not the BERT fine-tuning stage (model_name 'bert_mlm', configs/violin_bert_ft.py)")
+  try:
+    step, state = checkpointing.load_checkpoint_arrays(workdir)
+  except FileNotFoundError as e:
+    raise FileNotFoundError(f"{key}: {e}; run the fine-tuning stage to its end first ({stage})") from None
+  params = partition.merge_params(state.get("trainable") or {}, state.get("frozen") or {}).get("text_encoder")
+  expected = jax.eval_shape(_encoder_init(encoder, encoder_config), jax.random.key(0))
+  flat = traverse_util.flatten_dict(params or {}, sep="/")
+  want = traverse_util.flatten_dict(expected, sep="/")
+  bad = sorted(set(want) ^ set(flat)) + sorted(k for k in set(want) & set(flat) if flat[k].shape != want[k].shape)
+  if bad:
+    shown = ", ".join(f"{k} ({tuple(flat[k].shape) if k in flat else 'absent'} in the checkpoint, "
+                      f"{tuple(want[k].shape) if k in want else 'absent'} here)" for k in bad[:3])
+    raise ValueError(f"{key}: the text encoder of {workdir} (step {step}) does not fit this config's encoder "
+                     f"(config.pretrained.dir / config.pretrained.shape): {len(bad)} parameter(s) differ, e.g. {shown}")
+  digest = hashlib.sha1()
+  for k in sorted(flat):
+    digest.update(k.encode())
+    digest.update(np.ascontiguousarray(flat[k], np.float32).tobytes())
+  params = jax.tree.map(lambda x: np.asarray(x, np.float32), params)
+  print(f"Text encoder from the fine-tuning stage {workdir} (step {step})", flush=True)
+  return params, f"init_from:{workdir}:step={step}:sha1={digest.hexdigest()}"
+
+
+def _file_sha1(path: str) -> str:
+  digest = hashlib.sha1()
+  with open(path, "rb") as f:
+    for chunk in iter(lambda: f.read(1 << 24), b""):
+      digest.update(chunk)
+  return digest.hexdigest()
+
+
 def weights_identity(pretrained_dir, seed: int) -> str:
-  """What the frozen encoder's weights are (checkpoint files and sizes, or the random seed): part of the cache key."""
+  """What the frozen encoder's weights are (checkpoint files and their contents, or the random seed): part of the
+  cache key, so that other weights in the same folder (e.g. the authors' fine-tuned BERT) never reuse a cache."""
   if pretrained.has_checkpoint(pretrained_dir):
     files = sorted(f for f in os.listdir(pretrained_dir) if f.endswith((".safetensors", ".bin")))
-    stats = [(f, os.path.getsize(os.path.join(pretrained_dir, f))) for f in files]
+    stats = [(f, _file_sha1(os.path.join(pretrained_dir, f))) for f in files]
     return f"{os.path.abspath(pretrained_dir)}:{stats}"
   return f"random-init:seed={seed}"
 
@@ -150,6 +215,9 @@ class Input:
     if types_file and os.path.exists(os.path.join(self.data_dir, types_file)):
       with open(os.path.join(self.data_dir, types_file)) as f:
         self.statement_types = json.load(f)
+    if dc.text_preprocessing not in TEXT_PREPROCESSING:
+      raise ValueError(f"config.data.text_preprocessing = {dc.text_preprocessing!r}: expected one of "
+                       f"{TEXT_PREPROCESSING}")
     self.tokenizer = pretrained.load_tokenizer(config.pretrained)
     self._encoder = None
     self._caches: dict[str, TextFeatureCache] = {}
@@ -164,14 +232,27 @@ class Input:
     dc = self.config.data
     return dc.max_statement_tokens if kind == "statement" else dc.max_subtitle_tokens
 
+  def model_text(self, text: str, kind: str) -> str:
+    """What the encoder reads of a record's statement or subtitles (`config.data.text_preprocessing`).
+
+    The records hold a clip's subtitle lines stripped and joined by one space. clean_str acts within a line and a
+    space never starts a match, so cleaning the joined string gives the authors' per-line join up to whitespace,
+    which the tokenizer drops.
+    """
+    if self.config.data.text_preprocessing == "none":
+      return text
+    return violin_text.statement_text(text) if kind == "statement" else violin_text.subtitles_text([text])
+
   def tokenize(self, text: str, kind: str) -> tuple[np.ndarray, np.ndarray]:
-    enc = self.tokenizer(text, max_length=self.max_len(kind), truncation=True, padding="max_length")
+    """A raw statement or subtitles string -> (ids, mask) `[max_len(kind)]` int32, preprocessed first."""
+    enc = self.tokenizer(self.model_text(text, kind), max_length=self.max_len(kind), truncation=True,
+                         padding="max_length")
     return np.asarray(enc["input_ids"], np.int32), np.asarray(enc["attention_mask"], np.int32)
 
-  def _texts(self, kind: str) -> list[str]:
-    """Distinct texts of `kind` over the clips of the splits this run uses, in annotation order."""
+  def texts(self, kind: str, splits=None) -> list[str]:
+    """Distinct raw texts of `kind` over the clips of `splits` (default: those this run uses), in annotation order."""
     dc = self.config.data
-    splits = {dc.train_split, *dc.eval_splits}
+    splits = {dc.train_split, *dc.eval_splits} if splits is None else set(splits)
     with open(self.annotation_path) as f:
       ann = json.load(f)
     out = {}
@@ -186,20 +267,26 @@ class Input:
         out[subtitle_text(entry)] = None
     return list(out)
 
+  def cache_key(self, kind: str, texts: list[str]) -> tuple[str, str]:
+    """(16 hex digits, the JSON they hash) naming the `kind` features of `texts`: everything the features depend on."""
+    encoder, encoder_config, _, identity = self._encoder
+    dc = self.config.data
+    max_len = self.max_len(kind)
+    encoder_fields = {k: str(v) for k, v in dataclasses.asdict(encoder_config).items()}
+    key_src = json.dumps({"encoder": encoder, "config": encoder_fields, "weights": identity,
+                          "tokenizer": str(getattr(self.tokenizer, "name_or_path", "")), "vocab": len(self.tokenizer),
+                          "preprocessing": dc.text_preprocessing, "max_len": max_len,
+                          "texts": hashlib.sha1("\n".join(texts).encode()).hexdigest()},
+                         sort_keys=True)
+    return hashlib.sha1(key_src.encode()).hexdigest()[:16], key_src
+
   def text_cache(self, kind: str) -> TextFeatureCache:
     """The frozen-encoder features of every `kind` text of the used splits, computed once and kept on disk."""
     if kind in self._caches:
       return self._caches[kind]
     dc = self.config.data
-    encoder, encoder_config, _, identity = self._encoder
-    texts = self._texts(kind)
-    max_len = self.max_len(kind)
-    encoder_fields = {k: str(v) for k, v in dataclasses.asdict(encoder_config).items()}
-    key_src = json.dumps({"encoder": encoder, "config": encoder_fields, "weights": identity,
-                          "tokenizer": str(getattr(self.tokenizer, "name_or_path", "")), "vocab": len(self.tokenizer),
-                          "max_len": max_len, "texts": hashlib.sha1("\n".join(texts).encode()).hexdigest()},
-                         sort_keys=True)
-    key = hashlib.sha1(key_src.encode()).hexdigest()[:16]
+    texts = self.texts(kind)
+    key, key_src = self.cache_key(kind, texts)
     cache_dir = os.path.expanduser(dc.text_cache_dir) if dc.text_cache_dir else os.path.join(self.data_dir,
                                                                                            "text_cache")
     os.makedirs(cache_dir, exist_ok=True)

@@ -6,6 +6,9 @@
               under `text_encoder/`, which `config.trainable` (default "^baseline/") leaves frozen.
   crossmodal  crossmodal.ViolinCrossModal (a BERT-family LM over [video tokens; statement; subtitles] with a
               classification head): a single joint encoder, so no cached text features.
+  bert_mlm    `BertMLM` below: the BERT fine-tuning stage on VIOLIN text (masked LM) that runs before the encoder is
+              frozen (configs/violin_bert_ft.py; task in bert_ft.py). Its encoder lives under `text_encoder/` too, so
+              the baseline takes it as it is (`config.pretrained.init_from`).
 """
 
 import dataclasses
@@ -13,6 +16,7 @@ from typing import Any
 
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 
 from evqa_jax import pretrained
 from evqa_jax.models import encoders
@@ -83,8 +87,72 @@ class BaselineModel(nn.Module):
                  deterministic=deterministic)
 
 
+def mask_tokens(key, ids, mask, *, special_ids, mask_id: int, vocab: int, probability: float, num_predictions: int):
+  """BERT's masked-LM corruption of ONE sequence (Devlin et al.; Google's create_pretraining_data.py).
+
+  ids, mask `[L]` -> (corrupted ids `[L]`, positions `[P]`, labels `[P]`, weights `[P]` float32), P =
+  num_predictions. Of the n valid non-special tokens, max(1, round(n * probability)) (halves up; at most P; none
+  when n = 0) are drawn uniformly without replacement; each becomes [MASK] with probability 0.8, a uniformly drawn
+  token id (< vocab) with 0.1, and stays itself with 0.1. Unused prediction slots have weight 0.
+  """
+  ids, mask = jnp.asarray(ids), jnp.asarray(mask)
+  k_pick, k_kind, k_token = jax.random.split(key, 3)
+  candidate = (mask > 0) & ~jnp.isin(ids, jnp.asarray(special_ids, ids.dtype))
+  n = jnp.sum(candidate)
+  count = jnp.where(n > 0, jnp.clip(jnp.floor(n * probability + 0.5), 1, num_predictions), 0)  # half rounds up
+  scores = jnp.where(candidate, jax.random.uniform(k_pick, ids.shape), -1.0)
+  _, positions = jax.lax.top_k(scores, num_predictions)  # distinct; the `count` best are candidates
+  weights = (jnp.arange(num_predictions) < count).astype(jnp.float32)
+  labels = ids[positions]
+  draw = jax.random.uniform(k_kind, (num_predictions,))
+  random_ids = jax.random.randint(k_token, (num_predictions,), 0, vocab, ids.dtype)
+  new = jnp.where(draw < 0.8, mask_id, jnp.where(draw < 0.9, random_ids, labels)).astype(ids.dtype)
+  corrupted = ids.at[positions].set(jnp.where(weights > 0, new, labels))
+  return corrupted, positions, labels, weights
+
+
+class BertMLM(nn.Module):
+  """The BERT fine-tuning stage: BERT's masked-LM objective on VIOLIN statements and subtitles.
+
+  batch: ids / mask `[b, L]` (one text per row, [CLS] ... [SEP] padded), index `[b]` (the text's position in its
+  split: each row's corruption is drawn from fold_in(the "masking" rng, index), so an evaluation pass corrupts every
+  text the same way whatever the batching). -> {"logits": [b, P, vocab] at the corrupted positions, "labels":
+  [b, P], "weights": [b, P]}, P = max(1, round(L * mlm_probability)).
+
+  `mlm_probability`, `dtype` are config.model; encoder_config and the token ids come from the checkpoint and its
+  tokenizer.
+  """
+  encoder: str = "bert"
+  mlm_probability: float = 0.15
+  dtype: str = "float32"
+  encoder_config: Any = None
+  mask_token_id: int = 0
+  special_token_ids: tuple = ()
+  tokenizer_vocab_size: int = 0
+
+  @property
+  def lm_config(self):
+    return dataclasses.replace(self.encoder_config, dtype=pretrained.dtype(self.dtype))
+
+  def num_predictions(self, length: int) -> int:
+    return max(1, int(round(length * self.mlm_probability)))
+
+  @nn.compact
+  def __call__(self, batch: dict, deterministic: bool = True):
+    ids, mask = batch["ids"], batch["mask"]
+    base = self.make_rng("masking")
+    keys = jax.vmap(lambda i: jax.random.fold_in(base, i))(batch["index"])
+    corrupt = jax.vmap(lambda k, i, m: mask_tokens(
+        k, i, m, special_ids=self.special_token_ids, mask_id=self.mask_token_id, vocab=self.tokenizer_vocab_size,
+        probability=self.mlm_probability, num_predictions=self.num_predictions(ids.shape[1])))
+    corrupted, positions, labels, weights = corrupt(keys, ids, mask)
+    encoder = encoders.ENCODERS[self.encoder](self.lm_config, name="text_encoder")
+    logits = encoder(corrupted, mask, decode_positions=positions, deterministic=deterministic)["logits"]
+    return {"logits": logits, "labels": labels, "weights": weights}
+
+
 # config.model_name -> the model class.
-MODELS = {"baseline": BaselineModel, "crossmodal": ViolinCrossModal}
+MODELS = {"baseline": BaselineModel, "crossmodal": ViolinCrossModal, "bert_mlm": BertMLM}
 
 
 def model_class(config):

@@ -36,6 +36,9 @@ class Task(base.Task):
     self.online = crossmodal or mc.text_features == "online"
     self.input = input_lib.Input(config, online=self.online)
     self.pretrained_dir = pretrained.checkpoint_dir(config.pretrained)
+    if crossmodal and config.pretrained.init_from:
+      raise ValueError("config.pretrained.init_from (the BERT fine-tuning stage's workdir) is read by the baseline "
+                       "model only; the crossmodal model starts from config.pretrained.dir")
     if crossmodal:  # the LM reads the frames itself: one visual token per frame slot
       encoder_config = pretrained.encoder_config(mc.encoder, config.pretrained, num_visual_tokens=dc.max_frames,
                                                  visual_dim=self.input.feature_dim)
@@ -46,18 +49,30 @@ class Task(base.Task):
     self.encoder_config = self.model.lm_config
     self._encoder_params = None
     if not self.online:  # build (or open) the caches now, not inside the data loader's first batch
-      self.input.use_text_encoder(mc.encoder, self.encoder_config, self.encoder_params,
-                                  input_lib.weights_identity(self.pretrained_dir, config.pretrained.encoder_seed))
+      self.input.use_text_encoder(mc.encoder, self.encoder_config, self.encoder_params, self.weights_identity())
       self.input.text_cache("statement")
       if mc.use_subtitles:
         self.input.text_cache("subtitle")
 
   def encoder_params(self) -> dict:
-    """Host params of the frozen text encoder (computed once)."""
+    """Host params of the frozen text encoder (computed once): the fine-tuning stage's (config.pretrained.init_from),
+    else config.pretrained.dir's, else a seeded random init."""
     if self._encoder_params is None:
-      self._encoder_params = input_lib.frozen_encoder_params(self.config.model.encoder, self.encoder_config,
-                                                             self.pretrained_dir, self.config.pretrained.encoder_seed)
+      pc = self.config.pretrained
+      if pc.init_from:
+        self._encoder_params, self._weights_identity = input_lib.fine_tuned_encoder_params(
+            pc.init_from, self.config.model.encoder, self.encoder_config)
+      else:
+        self._encoder_params = input_lib.frozen_encoder_params(self.config.model.encoder, self.encoder_config,
+                                                               self.pretrained_dir, pc.encoder_seed)
     return self._encoder_params
+
+  def weights_identity(self) -> str:
+    """What the frozen encoder's weights are (the text-feature cache key)."""
+    if self.config.pretrained.init_from:
+      self.encoder_params()
+      return self._weights_identity
+    return input_lib.weights_identity(self.pretrained_dir, self.config.pretrained.encoder_seed)
 
   # -- data (input.py) ------------------------------------------------------------------------------------------
   def source(self, split: str):
@@ -138,3 +153,12 @@ class Task(base.Task):
     features = "online" if self.online else "cached"
     return (f"VIOLIN {self.config.model_name} ({mc.encoder} text, {features} features; inputs: "
             f"{' + '.join(inputs)}; {self.config.data.feature} features)")
+
+
+def make_task(config) -> base.Task:
+  """`config.task = "violin"` (projects.TASKS): the inference task, or the BERT fine-tuning stage that runs before it
+  (`config.model_name = "bert_mlm"`, configs/violin_bert_ft.py; bert_ft.py)."""
+  if config.model_name == "bert_mlm":
+    from evqa_jax.projects.violin import bert_ft  # pylint: disable=g-import-not-at-top
+    return bert_ft.Task(config)
+  return Task(config)
