@@ -41,7 +41,7 @@ INSTALL_REQUIRES = [
 EXTRAS = {
     # Parity tests against the Hugging Face PyTorch models use a CPU-only torch.
     # libtpu: tests/test_aot.py compiles a tiny train step for a TPU v5e topology from the CPU (no TPU needed).
-    "test": ["pytest>=8", "torch==2.13.0", "libtpu==0.0.42.*"],
+    "test": ["pytest>=8", "pytest-xdist>=3.5", "torch==2.13.0", "libtpu==0.0.42.*"],
     "demo": [],
     # Optional: only tests/test_data_records.py's tf.data read-back of our TFRecords uses TensorFlow (skips without).
     "tf": ["tensorflow-cpu>=2.20"],
