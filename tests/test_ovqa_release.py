@@ -288,7 +288,7 @@ def test_release_end_to_end(tmp_path):
   config = ovqa_msrvtt.get_config()  # the paper's config, shrunk to the fixture
   config.data.dir, config.pretrained.dir, config.pretrained.init_from = out, deberta["path"], ckpt
   config.verbalizer.variant = "A"  # no answer graphs here
-  config.data.max_tokens, config.batch_size, config.eval_batch_size = 32, 2, 4
+  config.data.max_tokens, config.batch_size, config.eval_batch_size = 48, 2, 4  # 10 + 48 <= 64 positions
   config.total_epochs, config.eval_every_epochs, config.checkpoint_every_epochs = None, None, None
   config.total_steps, config.eval_every_steps, config.checkpoint_every_steps = 2, 1, 1
   config.checkpoint.max_to_keep, config.log_every_steps = 1, 1

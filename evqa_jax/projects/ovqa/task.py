@@ -41,6 +41,8 @@ class Task(base.Task):
 
   def __init__(self, config):
     super().__init__(config)
+    if config.model.head not in model_lib.HEADS:
+      raise ValueError(f"config.model.head = {config.model.head!r}: expected one of {model_lib.HEADS}")
     self.init_from = init_from_path(config)
     self.input = input_lib.Input(config, head=config.model.head)
     self.pretrained_dir = pretrained.checkpoint_dir(config.pretrained)
