@@ -272,7 +272,7 @@ def test_best_checkpoint_outlives_max_to_keep(tmp_path):
 
 def test_release_end_to_end(tmp_path):
   """The released files as a user has them -> data_prep.ovqa (with the authors' vocabulary) -> the paper config from
-  a FrozenBiLM checkpoint over a DeBERTa-v2 folder, 2 steps -> evaluate-only on the best checkpoint, and zero-shot ->
+  a FrozenBiLM checkpoint over a DeBERTa-v2 folder, 2 steps -> evaluate-only on the best checkpoint ->
   predictions.csv scored by the official command with the authors' ans2cat / test_vocab."""
   import json
   pytest.importorskip("torch")
@@ -288,7 +288,8 @@ def test_release_end_to_end(tmp_path):
   config = ovqa_msrvtt.get_config()  # the paper's config, shrunk to the fixture
   config.data.dir, config.pretrained.dir, config.pretrained.init_from = out, deberta["path"], ckpt
   config.verbalizer.variant = "A"  # no answer graphs here
-  config.data.max_tokens, config.batch_size, config.eval_batch_size = 48, 2, 4  # 10 + 48 <= 64 positions
+  config.data.max_tokens = 48  # 10 visual + 48 text tokens within the fixture's 64 positions
+  config.batch_size = config.eval_batch_size = 8  # the 8 test devices (conftest)
   config.total_epochs, config.eval_every_epochs, config.checkpoint_every_epochs = None, None, None
   config.total_steps, config.eval_every_steps, config.checkpoint_every_steps = 2, 1, 1
   config.checkpoint.max_to_keep, config.log_every_steps = 1, 1
@@ -307,8 +308,6 @@ def test_release_end_to_end(tmp_path):
   assert result["step"] == best_step and result["eval"]["test"] == by_step[best_step]
   assert set(result["eval"]) == {"test", "val"}
   assert (workdir / "eval" / f"val_step{best_step}" / "predictions.csv").exists()
-  zero = trainer.evaluate_checkpoint(config, str(tmp_path / "zero_shot"), None, ["test"])
-  assert zero["step"] == 0 and (tmp_path / "zero_shot" / "eval" / "test_zero_shot" / "predictions.csv").exists()
 
   official = ovqa_eval.main(["--test-csv", os.path.join(out, "test.csv"),
                              "--ans2cat", os.path.join(authors["dir"], "ans2cat.json"),
