@@ -248,6 +248,7 @@ def test_best_eval_selects_over_the_written_evaluations(tmp_path):
                                       "select": {"split": "", "metric": "", "mode": "max"}})
   task = type("T", (), {"main_metric": "accuracy"})()
   assert evaluation.selection(config, task) == {"split": "validate", "metric": "accuracy", "mode": "max"}
+  assert evaluation.selection(ml_collections.ConfigDict({"data": {"eval_splits": ()}}), task) is None
   config.select.split = "train"
   with pytest.raises(ValueError, match=r"config.select.split = 'train' is not evaluated during training"):
     evaluation.selection(config, task)

@@ -35,9 +35,12 @@ def evaluate_split(task, steps: steps_lib.StepFns, state, aux, split: str, confi
   return task.evaluate(split, outputs, out_dir)
 
 
-def selection(config, task) -> dict:
+def selection(config, task) -> dict | None:
   """Model selection: {"split", "metric", "mode"} from `config.select` (split: default the first evaluation split;
-  metric: default the task's main metric; mode "max" or "min"). Checked at start-up."""
+  metric: default the task's main metric; mode "max" or "min"), or None without evaluation splits. Checked at
+  start-up."""
+  if not config.data.eval_splits:
+    return None  # nothing is evaluated during training: nothing to select from
   sc = config.get("select") or {}
   split = sc.get("split") or config.data.eval_splits[0]
   metric = sc.get("metric") or task.main_metric

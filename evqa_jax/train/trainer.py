@@ -172,7 +172,7 @@ def _train_and_evaluate(config, workdir: str) -> dict:
 
   def update_best(step):
     """Model selection over the evaluations written so far (config.select); the best step's checkpoint is kept."""
-    found = evaluation.best_eval(workdir, select, config.data.eval_splits, up_to_step=step)
+    found = evaluation.best_eval(workdir, select, config.data.eval_splits, up_to_step=step) if select else None
     best.clear()
     best.update(found or {})
     keep.steps = {found["step"]} if found else set()
@@ -223,6 +223,9 @@ def resolve_checkpoint(workdir: str, checkpoint: str, select: dict) -> int:
   if checkpoint == "last":
     return kept[-1]
   if checkpoint == "best":
+    if select is None:
+      raise ValueError("--checkpoint=best selects over the evaluations of training, but config.data.eval_splits is "
+                       "empty")
     best = evaluation.best_eval(workdir, select, ())
     if best is None:
       raise FileNotFoundError(f"{workdir}/eval holds no evaluation of split {select['split']!r} (config.select.split)"
