@@ -47,6 +47,7 @@ def make_config(task: str, shapes: str, batch: int | None = None, variants: str 
     config.data.dir = "data/synthetic_ovqa_small/records"
     config.data.synthetic = "small"
     config.pretrained.dir = ""  # random weights, built from pretrained.shape
+    config.pretrained.init_from = "none"  # the paper configs require a FrozenBiLM checkpoint otherwise
     config.pretrained.tokenizer = "pkg:minilm"  # any local tokenizer: only the token ids' range matters here
     config.data.max_tokens = 256
     shape = dict(ovqa_common.DEBERTA_V2_XLARGE)

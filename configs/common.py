@@ -42,6 +42,11 @@ def base_config() -> ml_collections.ConfigDict:
   c.log_every_steps = 10
 
   c.checkpoint = ml_collections.ConfigDict(dict(max_to_keep=2))
+  # Model selection (evqa_jax.train.evaluation.selection): the step whose `metric` on `split` is best (mode max or
+  # min) is reported beside the last step in final_metrics.json ("best"), and its checkpoint is kept besides the
+  # newest max_to_keep when that step was a checkpoint step. Empty: the first of data.eval_splits, the task's main
+  # metric.
+  c.select = ml_collections.ConfigDict(dict(split="", metric="", mode="max"))
 
   # Storage dtype of the frozen parameters (float32 | bfloat16): bf16 halves the HBM of a frozen LM; trainable
   # parameters and optimiser state stay float32, and the compute dtype is config.model.dtype.

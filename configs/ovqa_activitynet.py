@@ -1,8 +1,10 @@
 """OVQA on ActivityNet-QA: FrozenBiLM+ with the GNN soft verbalizer (eps 0.7), the paper's settings.
 
-  python launch/train.py --config=configs/ovqa_activitynet.py --workdir=runs/ovqa_activitynet
+  python launch/train.py --config=configs/ovqa_activitynet.py --workdir=runs/ovqa_activitynet \
+      --config.pretrained.init_from=~/models/frozenbilm.pth   # required ('none': plain DeBERTa-v2)
 Variants (comma-separated after ':'): demo (built-in synthetic world + MiniLM-L6, a few CPU minutes), cvqa (the
-closed-vocabulary baseline, top-1654 answers), baseline (FrozenBiLM+ without verbalizer), bf16, small (tests).
+closed-vocabulary row: FrozenBiLM's head over the top-1654 train answers; cvqa_mlp: an MLP
+classifier over them instead), baseline (FrozenBiLM+ without verbalizer), bf16, small (tests).
 authors_eps (base answers at eps = 1, as the authors' code).
 Expected: the OVQA paper's Table 2 row "FrozenBiLM+ w/ GNN verbalizer" for ActivityNet-QA (per-category B/C/R/U/T/mAcc).
 Demo: README.md holds the table that the README's main command printed.

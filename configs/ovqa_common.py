@@ -8,7 +8,7 @@ import ml_collections
 
 from configs import common
 
-VARIANTS = {"demo", "cvqa", "baseline", "authors_eps", "bf16", "small", "tiny"}
+VARIANTS = {"demo", "cvqa", "cvqa_mlp", "baseline", "authors_eps", "bf16", "small", "tiny"}
 
 # DeBERTa-v2-xlarge shapes (microsoft/deberta-v2-xlarge config.json).
 DEBERTA_V2_XLARGE = dict(
@@ -30,6 +30,8 @@ def ovqa_config(dataset: str, arg, cvqa_topk: int) -> ml_collections.ConfigDict:
   c.total_epochs = 20
   c.eval_every_epochs = 1
   c.checkpoint_every_epochs = 1
+  # The authors (OVQA train.py) keep the epoch with the best total accuracy on the test split.
+  c.select.split, c.select.metric = "test", "total"
 
   c.data = ml_collections.ConfigDict(dict(
       dir=f"~/data/evqa/ovqa/{dataset}/records",
@@ -49,7 +51,10 @@ def ovqa_config(dataset: str, arg, cvqa_topk: int) -> ml_collections.ConfigDict:
   c.pretrained = ml_collections.ConfigDict(dict(
       dir="~/models/deberta-v2-xlarge",  # local Hugging Face checkpoint directory
       tokenizer="",  # default: the pretrained directory
-      init_from="",  # FrozenBiLM checkpoint (PyTorch state dict), as OVQA's fine-tuning starts from it
+      init_from="",  # FrozenBiLM checkpoint (PyTorch state dict), as OVQA's fine-tuning starts from it; "none": no
+      # checkpoint. The paper configs refuse an empty init_from (the authors fine-tune from FrozenBiLM's checkpoint);
+      # the demo, small and tiny variants start from their own LM.
+      init_from_required=not variants & {"demo", "small", "tiny"},
       # Explicit architecture (a dict such as DEBERTA_V2_XLARGE) for building without a checkpoint directory, as the
       # benchmarks and the AOT check do; None: read config.json from `dir`.
       shape=None))
@@ -66,8 +71,11 @@ def ovqa_config(dataset: str, arg, cvqa_topk: int) -> ml_collections.ConfigDict:
 
   if "baseline" in variants:  # FrozenBiLM+ without the verbalizer (Table 5 A / Table 8 eps = 1)
     c.verbalizer.variant = "A"
-  if "cvqa" in variants:
+  if "cvqa" in variants:  # the paper's CVQA row: FrozenBiLM's own head over the top-k train answers
     c.model.head = "cvqa"
+    c.verbalizer.variant = "A"
+  if "cvqa_mlp" in variants:  # an extra closed-vocabulary baseline: an MLP classifier over the same answers
+    c.model.head = "cvqa_mlp"
     c.verbalizer.variant = "A"
   if "authors_eps" in variants:  # the authors' code: base answers keep eps = 1, the others use eps
     c.verbalizer.eps_base_fixed = True

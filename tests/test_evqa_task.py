@@ -249,6 +249,7 @@ def test_train_and_evaluate_on_a_4x2_mesh_equals_one_device(world, tmp_path):
   final = json.load(open(tmp_path / "final_metrics.json"))
   test = final["eval"]["test"]
   assert final["step"] == 2 and np.isfinite(final["train"]["loss"])
+  assert (final["best"]["step"], final["best"]["split"]) == (2, "test") and final["best"]["eval"]["test"] == test
   for k in ("accuracy", "t_mean", "JF", "mIoU"):
     assert 0.0 <= test[k] <= 100.0 and test[k] == pytest.approx(result["eval"]["test"][k])
   pred_dir = tmp_path / "eval" / "test_step2"

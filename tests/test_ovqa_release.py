@@ -125,3 +125,195 @@ def test_task_takes_base_answers_from_the_categories(tmp_path, monkeypatch):
   assert task.input.answers_train[:2] == ["guitar", "woman"]
   is_base = task.aux_inputs("train")["is_base"]
   np.testing.assert_array_equal(np.nonzero(is_base)[0], [1])  # "woman": base by their category, 2 train rows
+
+
+# ----------------------------------------------------------------------------------------- CVQA: FrozenBiLM's head
+
+def _converted(tmp_path, cvqa_topk=0):
+  from data_prep import ovqa as prep
+  rel, authors = _release(tmp_path)
+  out = str(tmp_path / "records")
+  prep.convert(rel["dir"], os.path.join(rel["dir"], "clipvitl14.pth"), out, cvqa_topk=cvqa_topk, verbose=False,
+               authors_vocab=authors["dir"])
+  return rel, authors, out
+
+
+def _tiny(data_dir, head):
+  from configs import ovqa_msrvtt
+  config = ovqa_msrvtt.get_config("tiny")  # random 2-layer BERT, MiniLM's tokenizer
+  config.data.dir, config.data.synthetic = data_dir, ""
+  config.model.head, config.verbalizer.variant = head, "A"
+  return config
+
+
+def test_cvqa_is_frozenbilms_head(tmp_path):
+  """FrozenBiLM's closed-vocabulary head (the paper's CVQA row): the [MASK] feature dotted with the frozen mean
+  sub-word embeddings of exactly the top-k train answers, no parameter of its own, train rows outside the top-k
+  dropped (FrozenBiLM datasets/videoqa_dataset.py), answers outside it never predicted."""
+  import flax.linen as nn
+  import jax
+  import pandas as pd
+  from evqa_jax.data import pipeline
+  from evqa_jax.models import encoders
+  import release_fixtures as R
+  _, _, out = _converted(tmp_path, cvqa_topk=3)
+  task = OVQATask(_tiny(out, "cvqa"))
+  # The authors' train_vocab order (by train count): guitar, woman (2 rows each), then dog.
+  top3 = ["guitar", "woman", "dog"]
+  assert task.input.answers_train == task.input.answers_eval == top3
+  train_answers = [a for _, a, _ in R.MSRVTT_ROWS["train"]]
+  src = task.source("train")
+  assert len(src) == 5 and len(train_answers) == 10  # rows 0, 1, 2, 3, 8: guitar, woman, guitar, dog, woman
+  assert [int(src[i]["index"]) for i in range(5)] == [0, 1, 2, 3, 8]
+  assert [str(src[i]["answer"]) for i in range(5)] == ["guitar", "woman", "guitar", "dog", "woman"]
+
+  params = nn.meta.unbox(task.init_params(jax.random.key(0)))
+  assert set(params) == {"lm"}  # nothing trained in the head: the answer embeddings are the frozen LM's
+  test = task.source("test")
+  batch = pipeline.stack_examples([task.preprocess(test[i], train=False) for i in range(len(test))])
+  assert batch["label"].tolist() == [0, -1, -1, -1, -1]  # guitar; red, song, night, man are outside the top 3
+  aux = task.aux_inputs("test")
+  np.testing.assert_array_equal(aux["answer_tokens"], task.aux_inputs("train")["answer_tokens"])
+  logits = np.asarray(task.model.apply({"params": params}, batch, aux))
+  feature = np.asarray(task.model.apply({"params": params}, batch, True, method="mask_feature"))
+  words = np.asarray(encoders.word_embeddings("bert", params["lm"]))
+  tok = task.input.tokenizer
+  answers = np.stack([words[tok(a, add_special_tokens=False)["input_ids"][:5]].mean(0) for a in top3])
+  np.testing.assert_allclose(logits[:, :3], feature @ answers.T, rtol=1e-5, atol=1e-5)
+  assert logits.shape[1] >= 3 and np.all(logits[:, 3:] == np.finfo(np.float32).min)  # padding never predicted
+  pred = np.asarray(task.predict(params, batch, aux)["pred"])
+  np.testing.assert_array_equal(pred, np.argmax(feature @ answers.T, axis=1))
+  task.evaluate("test", {"pred": pred, "index": batch["index"]}, str(tmp_path / "eval"))
+  written = pd.read_csv(tmp_path / "eval" / "predictions.csv", dtype=str, keep_default_na=False)
+  assert set(written["prediction"]) <= set(top3)
+
+  mlp = OVQATask(_tiny(out, "cvqa_mlp"))  # the extra baseline: an MLP over the same answers and train rows
+  assert len(mlp.source("train")) == 5 and "cvqa_head" in nn.meta.unbox(mlp.init_params(jax.random.key(0)))
+
+
+# ------------------------------------------------------------------------------------------------ paper start point
+
+def test_paper_configs_require_init_from(tmp_path):
+  import subprocess
+  import sys
+  from configs import ovqa_activitynet, ovqa_msrvtt, ovqa_msvd, ovqa_tgif
+  from evqa_jax.projects.ovqa import task as ovqa_task
+  for module in (ovqa_msrvtt, ovqa_msvd, ovqa_tgif, ovqa_activitynet):
+    config = module.get_config()
+    config.data.dir = str(tmp_path / "no_records")  # the start point is checked before any data is looked for
+    with pytest.raises(ValueError, match=rf"config.pretrained.init_from is empty, but configs/ovqa_{config.dataset}.py"
+                                         r".*--config.pretrained.init_from=none"):
+      OVQATask(config)
+    config.pretrained.init_from = "none"
+    assert ovqa_task.init_from_path(config) == ""
+    config.pretrained.init_from = "~/m/frozenbilm.pth"
+    assert ovqa_task.init_from_path(config) == "~/m/frozenbilm.pth"
+    for variant in ("demo", "small", "tiny"):
+      config = module.get_config(variant)
+      assert ovqa_task.init_from_path(config) == ""
+  proc = subprocess.run([sys.executable, "launch/train.py", "--config=configs/ovqa_msrvtt.py",
+                         f"--workdir={tmp_path / 'run'}"], cwd=REPO, capture_output=True, text=True, timeout=300,
+                        env=dict(os.environ, PYTHONPATH=REPO))
+  lines = proc.stderr.strip().splitlines()
+  assert proc.returncode == 2 and lines[-1].startswith("error: config.pretrained.init_from is empty"), proc.stderr
+
+
+# ------------------------------------------------------------------------------------------------ model selection
+
+def _write_eval(workdir, split, step, metrics):
+  import json
+  d = workdir / "eval" / f"{split}_step{step}"
+  d.mkdir(parents=True)
+  (d / "metrics.json").write_text(json.dumps(metrics))
+
+
+def test_best_eval_selects_over_the_written_evaluations(tmp_path):
+  import ml_collections
+  from evqa_jax.train import evaluation
+  for step, total, macc in ((2, 50.0, 10.0), (4, 50.0, 30.0), (6, 40.0, 35.0), (8, 60.0, 5.0)):
+    _write_eval(tmp_path, "test", step, {"total": total, "mAcc": macc, "n": 5})
+  _write_eval(tmp_path, "val", 4, {"total": 1.0})
+  select = {"split": "test", "metric": "total", "mode": "max"}
+  best = evaluation.best_eval(str(tmp_path), select, ["test", "val"], up_to_step=6)
+  assert (best["step"], best["value"]) == (2, 50.0)  # tie with step 4: the earlier one, as the authors' strict >
+  assert best["eval"] == {"test": {"total": 50.0, "mAcc": 10.0, "n": 5}}  # no val evaluation at step 2
+  best = evaluation.best_eval(str(tmp_path), select, ["test", "val"])
+  assert best["step"] == 8
+  assert evaluation.best_eval(str(tmp_path), dict(select, metric="mAcc"), ["test"])["step"] == 6
+  assert evaluation.best_eval(str(tmp_path), dict(select, mode="min"), ["test"])["step"] == 6
+  assert evaluation.best_eval(str(tmp_path / "none"), select, ["test"]) is None
+  with pytest.raises(ValueError, match=r"config.select.metric = 'BNG' is not a number in .*test_step2"):
+    evaluation.best_eval(str(tmp_path), dict(select, metric="BNG"), ["test"])
+  config = ml_collections.ConfigDict({"data": {"eval_splits": ("validate", "test")},
+                                      "select": {"split": "", "metric": "", "mode": "max"}})
+  task = type("T", (), {"main_metric": "accuracy"})()
+  assert evaluation.selection(config, task) == {"split": "validate", "metric": "accuracy", "mode": "max"}
+  assert evaluation.selection(ml_collections.ConfigDict({"data": {"eval_splits": ()}}), task) is None
+  config.select.split = "train"
+  with pytest.raises(ValueError, match=r"config.select.split = 'train' is not evaluated during training"):
+    evaluation.selection(config, task)
+
+
+def test_best_checkpoint_outlives_max_to_keep(tmp_path):
+  import ml_collections
+  import orbax.checkpoint as ocp
+  from evqa_jax.train import checkpointing
+  keep = checkpointing.KeepSteps()
+  mngr = checkpointing.make_checkpoint_manager(str(tmp_path), ml_collections.ConfigDict(
+      {"checkpoint": {"max_to_keep": 1}}), keep)
+  for step in (1, 2, 3):
+    mngr.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave({"x": np.full(2, step)})))
+    keep.steps = {1}  # step 1 became the best
+  mngr.wait_until_finished()
+  assert mngr.all_steps() == [1, 3]
+  mngr.close()
+
+
+# ------------------------------------------------------------------------------------------------ end to end
+
+def test_release_end_to_end(tmp_path):
+  """The released files as a user has them -> data_prep.ovqa (with the authors' vocabulary) -> the paper config from
+  a FrozenBiLM checkpoint over a DeBERTa-v2 folder, 2 steps -> evaluate-only on the best checkpoint ->
+  predictions.csv scored by the official command with the authors' ans2cat / test_vocab."""
+  import json
+  pytest.importorskip("torch")
+  pytest.importorskip("sentencepiece")
+  import release_fixtures as R
+  from configs import ovqa_msrvtt
+  from evqa_jax.evaluate import ovqa as ovqa_eval
+  from evqa_jax.train import trainer
+  _, authors, out = _converted(tmp_path)
+  deberta = R.deberta_v2_dir(str(tmp_path / "deberta-v2-xlarge"))
+  ckpt = str(tmp_path / "frozenbilm.pth")
+  R.frozenbilm_checkpoint(ckpt, deberta["state_dict"], deberta["config"])
+  config = ovqa_msrvtt.get_config()  # the paper's config, shrunk to the fixture
+  config.data.dir, config.pretrained.dir, config.pretrained.init_from = out, deberta["path"], ckpt
+  config.verbalizer.variant = "A"  # no answer graphs here
+  config.data.max_tokens = 48  # 10 visual + 48 text tokens within the fixture's 64 positions
+  config.batch_size = config.eval_batch_size = 8  # the 8 test devices (conftest)
+  config.total_epochs, config.eval_every_epochs, config.checkpoint_every_epochs = None, None, None
+  config.total_steps, config.eval_every_steps, config.checkpoint_every_steps = 2, 1, 1
+  config.checkpoint.max_to_keep, config.log_every_steps = 1, 1
+  workdir = tmp_path / "run"
+  trainer.train_and_evaluate(config, str(workdir))
+
+  final = json.loads((workdir / "final_metrics.json").read_text())
+  by_step = {s: json.loads((workdir / "eval" / f"test_step{s}" / "metrics.json").read_text()) for s in (1, 2)}
+  assert final["step"] == 2 and final["eval"]["test"] == by_step[2]  # the last step, as before
+  best_step = 2 if by_step[2]["total"] > by_step[1]["total"] else 1
+  assert final["best"] == {"step": best_step, "split": "test", "metric": "total", "mode": "max",
+                           "value": by_step[best_step]["total"], "eval": {"test": by_step[best_step]}}
+  assert sorted(int(n) for n in os.listdir(workdir / "checkpoints") if n.isdigit()) == sorted({best_step, 2})
+
+  result = trainer.evaluate_checkpoint(config, str(workdir), "best", ["test", "val"])
+  assert result["step"] == best_step and result["eval"]["test"] == by_step[best_step]
+  assert set(result["eval"]) == {"test", "val"}
+  assert (workdir / "eval" / f"val_step{best_step}" / "predictions.csv").exists()
+
+  official = ovqa_eval.main(["--test-csv", os.path.join(out, "test.csv"),
+                             "--ans2cat", os.path.join(authors["dir"], "ans2cat.json"),
+                             "--test-vocab", os.path.join(authors["dir"], "test_vocab.json"),
+                             "--pred", str(workdir / "eval" / f"test_step{best_step}" / "predictions.csv"),
+                             "--out", str(tmp_path / "official.json")])
+  assert official["total"] == by_step[best_step]["total"]  # total accuracy does not depend on the categories
+  assert set(official["official"]) and official["unseen"] is not None

@@ -114,6 +114,9 @@ def test_train_and_evaluate_scores_predictions_like_numpy(world, straight_run):
   assert abs(losses[0] - 2 * math.log(2)) < 0.3
   with open(os.path.join(workdir, "final_metrics.json")) as f:
     final = json.load(f)
+  # Model selection (config.select): on validation, as the VIOLIN authors; one evaluation here, so the last step.
+  assert (final["best"]["step"], final["best"]["split"], final["best"]["metric"]) == (4, "validate", "accuracy")
+  assert final["best"]["eval"] == final["eval"]
   with open(os.path.join(world, "violin_annotation.json")) as f:
     ann = json.load(f)
   for split in ("validate", "test"):

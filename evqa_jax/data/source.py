@@ -17,6 +17,7 @@ local or URIs (gs://...): files are opened through etils.epath.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import threading
@@ -228,3 +229,30 @@ class IndexedSource:
 
   def __repr__(self) -> str:
     return f"IndexedSource({self.source!r})"
+
+
+class SubsetSource:
+  """The records of `source` at `indices` (in that order): a split without the rows a model cannot train on (OVQA's
+  closed-vocabulary head drops train rows whose answer is outside its top-k answers, as FrozenBiLM does)."""
+
+  def __init__(self, source, indices, why: str):
+    self.source = source
+    self.indices = np.asarray(indices, np.int64)
+    self.why = why
+    if len(self.indices) and (self.indices.min() < 0 or self.indices.max() >= len(source)):
+      raise IndexError(f"SubsetSource ({why}): indices outside [0, {len(source)}) of {source!r}")
+
+  def __len__(self) -> int:
+    return len(self.indices)
+
+  def __getitem__(self, index: int) -> dict:
+    return self.source[int(self.indices[index])]
+
+  def check_tails(self) -> None:
+    if hasattr(self.source, "check_tails"):
+      self.source.check_tails()
+
+  def __repr__(self) -> str:
+    # Part of a checkpointed data iterator's identity: another subset (other k, other vocabulary) is another dataset.
+    digest = hashlib.sha1(self.indices.tobytes()).hexdigest()[:12]
+    return f"SubsetSource({self.source!r}, kept={len(self.indices)}, indices_sha1={digest}, why={self.why!r})"

@@ -23,9 +23,25 @@ def _abstract(state):
   return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state)
 
 
-def make_checkpoint_manager(workdir: str, config) -> ocp.CheckpointManager:
-  options = ocp.CheckpointManagerOptions(max_to_keep=config.checkpoint.max_to_keep, create=True,
-                                         enable_async_checkpointing=False)
+class KeepSteps:
+  """Orbax preservation policy: keep the checkpoints of the steps in `steps` (a set the trainer updates: the best
+  step of model selection), whatever their age."""
+
+  def __init__(self):
+    self.steps = set()
+
+  def should_preserve(self, checkpoints, *, context):
+    del context
+    return [c.step in self.steps for c in checkpoints]
+
+
+def make_checkpoint_manager(workdir: str, config, keep: KeepSteps | None = None) -> ocp.CheckpointManager:
+  """The workdir's manager: the newest config.checkpoint.max_to_keep checkpoints, plus those `keep` names."""
+  policies = ocp.checkpoint_managers
+  preserve = policies.LatestN(n=config.checkpoint.max_to_keep)
+  if keep is not None:
+    preserve = policies.AnyPreservationPolicy([preserve, keep])
+  options = ocp.CheckpointManagerOptions(create=True, enable_async_checkpointing=False, preservation_policy=preserve)
   return ocp.CheckpointManager(os.path.join(os.path.abspath(workdir), "checkpoints"), options=options,
                                item_names=("state", "data", "meta"))
 

@@ -1,4 +1,8 @@
-"""Evaluation during training: prediction over a whole split, scored by the task's evaluator."""
+"""Evaluation: prediction over a whole split, scored by the task's evaluator, and model selection over the
+evaluations a run wrote (config.select)."""
+
+import json
+import os
 
 import jax
 import numpy as np
@@ -29,3 +33,61 @@ def evaluate_split(task, steps: steps_lib.StepFns, state, aux, split: str, confi
   if jax.process_index() != 0:
     return {}
   return task.evaluate(split, outputs, out_dir)
+
+
+def selection(config, task) -> dict | None:
+  """Model selection: {"split", "metric", "mode"} from `config.select` (split: default the first evaluation split;
+  metric: default the task's main metric; mode "max" or "min"), or None without evaluation splits. Checked at
+  start-up."""
+  if not config.data.eval_splits:
+    return None  # nothing is evaluated during training: nothing to select from
+  sc = config.get("select") or {}
+  split = sc.get("split") or config.data.eval_splits[0]
+  metric = sc.get("metric") or task.main_metric
+  mode = sc.get("mode") or "max"
+  if split not in config.data.eval_splits:
+    raise ValueError(f"config.select.split = {split!r} is not evaluated during training: config.data.eval_splits = "
+                     f"{tuple(config.data.eval_splits)}")
+  if mode not in ("max", "min"):
+    raise ValueError(f"config.select.mode = {mode!r}: expected 'max' or 'min'")
+  return {"split": split, "metric": metric, "mode": mode}
+
+
+def _eval_dirs(workdir: str, split: str) -> dict:
+  """step -> <workdir>/eval/<split>_step<step> for the evaluations a run wrote."""
+  root = os.path.join(workdir, "eval")
+  prefix = f"{split}_step"
+  names = os.listdir(root) if os.path.isdir(root) else []
+  return {int(n[len(prefix):]): os.path.join(root, n) for n in names
+          if n.startswith(prefix) and n[len(prefix):].isdigit()}
+
+
+def best_eval(workdir: str, select: dict, splits, up_to_step: int | None = None) -> dict | None:
+  """The best evaluated step of a workdir by `select` (see `selection`), read from its eval/<split>_step<N>/
+  metrics.json files -> {"step", "split", "metric", "value", "eval": {split: metrics at that step}}, or None before
+  the first evaluation. Ties go to the earlier step (the authors keep a new best only when strictly better)."""
+  best = None
+  for step, path in sorted(_eval_dirs(workdir, select["split"]).items()):
+    if up_to_step is not None and step > up_to_step:
+      continue  # a killed run's evaluation beyond the restored step: redone, and not this run's yet
+    metrics_path = os.path.join(path, "metrics.json")
+    if not os.path.exists(metrics_path):
+      continue
+    with open(metrics_path) as f:
+      metrics = json.load(f)
+    value = metrics.get(select["metric"])
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+      raise ValueError(f"config.select.metric = {select['metric']!r} is not a number in {metrics_path} (its numbers: "
+                       f"{sorted(k for k, v in metrics.items() if isinstance(v, (int, float)))})")
+    better = best is None or (value > best["value"] if select["mode"] == "max" else value < best["value"])
+    if better:
+      best = {"step": step, **select, "value": value}
+  if best is None:
+    return None
+  best["eval"] = {}
+  for split in splits:
+    path = os.path.join(workdir, "eval", f"{split}_step{best['step']}", "metrics.json")
+    if os.path.exists(path):
+      with open(path) as f:
+        best["eval"][split] = json.load(f)
+  return best

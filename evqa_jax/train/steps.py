@@ -140,6 +140,11 @@ def load_pretrained_into(state, task, shardings):
                       np.asarray(multihost_utils.process_allgather(x, tiled=True)), params)
   host = task.load_pretrained(host)
   trainable, frozen = partition.split_params(host, task.trainable_patterns)
+  return put_params(state, trainable, frozen, shardings)
+
+
+def put_params(state, trainable, frozen, shardings):
+  """The state with its trainable/frozen parameters replaced by host (numpy) trees of the same structure."""
   # Pretrained weights arrive in float32: store them in the state's dtypes (config.frozen_param_dtype).
   trainable, frozen = (jax.tree.map(lambda x, ref: np.asarray(x).astype(ref.dtype), tree, state[part])
                        for tree, part in ((trainable, "trainable"), (frozen, "frozen")))

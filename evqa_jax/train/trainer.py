@@ -1,9 +1,11 @@
-"""train_and_evaluate(config, workdir): the one training loop every task runs through.
+"""train_and_evaluate(config, workdir): the one training loop every task runs through; evaluate_checkpoint: the
+evaluate-only entry (launch/evaluate.py) on the same state and steps.
 
 Start-up order: resume from the workdir's newest complete checkpoint (checkpointing.py), else
-`config.pretrained.init_from` / the task's pretrained weights, else from scratch. The state and the jitted steps come from
-steps.py, the workdir's experiment identity from workdir.py, train_history.jsonl from history.py and the evaluation
-passes from evaluation.py; this file holds the start-up checks and the loop.
+`config.pretrained.init_from` / the task's pretrained weights, else from scratch. The state and the jitted steps come
+from steps.py, the workdir's experiment identity from workdir.py, train_history.jsonl from history.py and the
+evaluation passes and model selection (config.select: the best step, reported beside the last one in
+final_metrics.json, its checkpoint kept) from evaluation.py; this file holds the start-up checks and the loop.
 
 Multi-process jobs (jax.distributed): every process runs this same function; each reads its own rows of every batch
 (evqa_jax.data.pipeline), eval passes have the same number of batches everywhere, and only process 0 writes logs,
@@ -47,16 +49,15 @@ def _check_batch_sizes(config, batch_shard) -> None:
         raise ValueError(f"config.{key} = {value} is not divisible by the {n} {what}")
 
 
-def _check_eval_splits(task, config) -> None:
+def _check_eval_splits(task, config, splits=None, key: str = "config.data.eval_splits") -> None:
   """Fails at start-up, not after hours of training, when an evaluation split is missing or empty."""
-  for split in config.data.eval_splits:
+  for split in config.data.eval_splits if splits is None else splits:
     try:
       n = len(task.source(split))
     except (FileNotFoundError, ValueError) as e:
-      raise ValueError(f"config.data.eval_splits names split {split!r}, which cannot be read: {e}") from e
+      raise ValueError(f"{key} names split {split!r}, which cannot be read: {e}") from e
     if n == 0:
-      raise ValueError(f"evaluation split {split!r} of {config.data.dir} has no examples "
-                       "(config.data.eval_splits)")
+      raise ValueError(f"evaluation split {split!r} of {config.data.dir} has no examples ({key})")
     _check_record_tails(task.source(split), split)
 
 
@@ -70,21 +71,28 @@ def train_and_evaluate(config, workdir: str) -> dict:
     return _train_and_evaluate(config, workdir)
 
 
-def _train_and_evaluate(config, workdir: str) -> dict:
-  workdir_lib.check_workdir(config, workdir)
-  identity = workdir_lib.config_identity(config)
-  is_main = jax.process_index() == 0
+def _build(config):
+  """(task, mesh, logical axis rules, batch sharding) of a config, batch sizes checked."""
   task = tasks_lib.build_task(config)
   mesh = sharding.make_mesh(config.mesh_shape, config.mesh_axes)
   rules = config.logical_axis_rules
   batch_shard = sharding.batch_sharding(mesh, rules)
   _check_batch_sizes(config, batch_shard)
+  return task, mesh, rules, batch_shard
+
+
+def _train_and_evaluate(config, workdir: str) -> dict:
+  workdir_lib.check_workdir(config, workdir)
+  identity = workdir_lib.config_identity(config)
+  is_main = jax.process_index() == 0
+  task, mesh, rules, batch_shard = _build(config)
 
   train_source = task.source(config.data.train_split)
   if len(train_source) == 0:
     raise ValueError(f"split {config.data.train_split!r} of {config.data.dir} has no examples")
   _check_record_tails(train_source, config.data.train_split)
   _check_eval_splits(task, config)
+  select = evaluation.selection(config, task)
   steps_per_epoch = len(train_source) / config.batch_size
   total_steps = durations.to_steps(config, "total", steps_per_epoch=steps_per_epoch, batch_size=config.batch_size)
   eval_every = durations.to_steps(config, "eval_every", steps_per_epoch=steps_per_epoch,
@@ -104,7 +112,8 @@ def _train_and_evaluate(config, workdir: str) -> dict:
       transform=lambda ex: task.preprocess(ex, train=True), seed=config.seed,
       worker_count=config.data.worker_count)
 
-  mngr = checkpointing.make_checkpoint_manager(workdir, config)
+  keep = checkpointing.KeepSteps()  # the best step's checkpoint outlives max_to_keep
+  mngr = checkpointing.make_checkpoint_manager(workdir, config, keep)
   start_step, restored, train_iter = checkpointing.restore_latest(mngr, state, lambda: iter(loader), identity)
   if restored is not None:
     state = restored
@@ -157,7 +166,20 @@ def _train_and_evaluate(config, workdir: str) -> dict:
         print(writers_lib.format_metrics(f"eval {split} @ step {step} ({time.time() - t0:.1f}s)", results),
               flush=True)
         last_metrics[split] = results
+    update_best(step)
+
+  best = {}
+
+  def update_best(step):
+    """Model selection over the evaluations written so far (config.select); the best step's checkpoint is kept."""
+    found = evaluation.best_eval(workdir, select, config.data.eval_splits, up_to_step=step) if select else None
+    best.clear()
+    best.update(found or {})
+    keep.steps = {found["step"]} if found else set()
+
   with steps.context():
+    if start_step:
+      update_best(start_step)  # the evaluations of the run that wrote the restored checkpoint
     if start_step and (start_step % eval_every == 0 or start_step == total_steps):
       run_evals(start_step, reuse=True)
     while step < total_steps:
@@ -183,7 +205,81 @@ def _train_and_evaluate(config, workdir: str) -> dict:
   train_iter.close()
   writer.close()
   result = {"step": step, "train": last_row, "eval": last_metrics}
+  if best:  # model selection, beside the last step's metrics
+    result["best"] = dict(best)
   if is_main and step >= total_steps:
     io_lib.write_json(os.path.join(workdir, "final_metrics.json"), result)
   workdir_lib.sync("evqa_jax:train_and_evaluate_done")
   return result
+
+
+def resolve_checkpoint(workdir: str, checkpoint: str, select: dict) -> int:
+  """`checkpoint` ("last", "best" or a step number) of a workdir -> a step whose checkpoint it holds."""
+  ckpt_dir = os.path.join(workdir, "checkpoints")
+  kept = sorted(int(n) for n in os.listdir(ckpt_dir) if n.isdigit()) if os.path.isdir(ckpt_dir) else []
+  if not kept:
+    raise FileNotFoundError(f"{ckpt_dir} holds no checkpoint: train first, or score the initial weights with "
+                            "--zero_shot")
+  if checkpoint == "last":
+    return kept[-1]
+  if checkpoint == "best":
+    if select is None:
+      raise ValueError("--checkpoint=best selects over the evaluations of training, but config.data.eval_splits is "
+                       "empty")
+    best = evaluation.best_eval(workdir, select, ())
+    if best is None:
+      raise FileNotFoundError(f"{workdir}/eval holds no evaluation of split {select['split']!r} (config.select.split)"
+                              " to select the best checkpoint from")
+    step = best["step"]
+    where = f"the best step {step} ({select['metric']} {best['value']} on {select['split']})"
+  else:
+    try:
+      step = int(checkpoint)
+    except ValueError:
+      raise ValueError(f"--checkpoint={checkpoint!r}: expected 'last', 'best' or a step number") from None
+    where = f"step {step}"
+  if step not in kept:
+    raise FileNotFoundError(f"{ckpt_dir} holds no checkpoint of {where}; it holds steps {kept} (a step's "
+                            "checkpoint exists only when it was a checkpoint step: config.checkpoint_every_*)")
+  return step
+
+
+def evaluate_checkpoint(config, workdir: str, checkpoint: str | None, splits=None) -> dict:
+  """Scores a checkpoint of `workdir` (`checkpoint`: "last", "best" or a step), or with checkpoint=None the weights
+  training starts from (pretrained / config.pretrained.init_from: the OVQA paper's zero-shot Table 6), on `splits`
+  (default config.data.eval_splits). Writes what training's evaluation writes, under <workdir>/eval/<split>_step<N>/
+  (zero-shot: <split>_zero_shot/), and <workdir>/evaluate_<step<N>|zero_shot>.json; returns
+  {"checkpoint", "step", "eval": {split: metrics}}."""
+  workdir = os.path.abspath(workdir)
+  task, mesh, rules, batch_shard = _build(config)
+  splits = list(splits or config.data.eval_splits)
+  _check_eval_splits(task, config, splits, key="--split")
+  tx, _ = partition.make_optimizer(config.optim, 1)  # the state's structure; no step is taken
+  state, state_shardings = steps_lib.create_state(task, config, mesh, tx)
+  if checkpoint is None:
+    os.makedirs(workdir, exist_ok=True)
+    state, step, tag = steps_lib.load_pretrained_into(state, task, state_shardings), 0, "zero_shot"
+  else:
+    if not os.path.isdir(workdir):
+      raise FileNotFoundError(f"--workdir {workdir} does not exist")
+    workdir_lib.check_same_experiment(config, workdir)
+    step = resolve_checkpoint(workdir, checkpoint, evaluation.selection(config, task))
+    _, arrays = checkpointing.load_checkpoint_arrays(workdir, step)
+    state = steps_lib.put_params(state, arrays["trainable"], arrays["frozen"], state_shardings)
+    tag = f"step{step}"
+  train_aux = task.aux_inputs(config.data.train_split)
+  aux_shardings = steps_lib.aux_shardings_for(task, mesh, rules, train_aux)
+  steps = steps_lib.StepFns(task, tx, mesh, rules, state_shardings, batch_shard, aux_shardings)
+  results = {}
+  with steps.context():
+    for split in splits:
+      aux = sharding.host_to_global(task.aux_inputs(split), aux_shardings)
+      out_dir = os.path.join(workdir, "eval", f"{split}_{tag}")
+      results[split] = evaluation.evaluate_split(task, steps, state, aux, split, config, batch_shard, out_dir)
+      if jax.process_index() == 0:
+        print(writers_lib.format_metrics(f"eval {split} @ {checkpoint or 'zero-shot'} ({tag})", results[split]),
+              flush=True)
+  out = {"checkpoint": checkpoint or "zero_shot", "step": step, "eval": results}
+  if jax.process_index() == 0:
+    io_lib.write_json(os.path.join(workdir, f"evaluate_{tag}.json"), out)
+  return out

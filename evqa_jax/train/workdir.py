@@ -50,16 +50,35 @@ def sync(name: str) -> None:
     multihost_utils.sync_global_devices(name)
 
 
+def recorded_identity(workdir: str) -> dict | None:
+  """The experiment identity <workdir>/config.json records, or None when there is no config.json."""
+  path = os.path.join(workdir, "config.json")
+  if not os.path.exists(path):
+    return None
+  try:
+    with open(path) as f:
+      return json.load(f).get("identity", {})
+  except (OSError, ValueError, AttributeError) as e:
+    raise ValueError(f"{path} is unreadable ({e}): is {workdir} an evqa_jax workdir?") from e
+
+
+def check_same_experiment(config, workdir: str) -> None:
+  """Refuses to score a workdir's checkpoints with a config other than the one that trained them."""
+  theirs = recorded_identity(workdir)
+  if theirs is None:
+    raise FileNotFoundError(f"{workdir}/config.json is missing: is {workdir} a workdir written by launch/train.py?")
+  diffs = identity_diffs(config_identity(config), theirs)
+  if diffs:
+    raise ValueError(f"workdir {workdir} was trained with another config; it differs in {'; '.join(diffs)}. "
+                     "Pass the config (and --config. overrides) it was trained with")
+
+
 def check_workdir(config, workdir: str) -> None:
   """Refuses to resume a workdir that holds another experiment's checkpoint."""
   path = os.path.join(workdir, "config.json")
   mine = config_identity(config)
-  if os.path.exists(path):
-    try:
-      with open(path) as f:
-        theirs = json.load(f).get("identity", {})
-    except (OSError, ValueError) as e:
-      raise ValueError(f"{path} is unreadable ({e}): is {workdir} an evqa_jax workdir?") from e
+  theirs = recorded_identity(workdir)
+  if theirs is not None:
     diffs = identity_diffs(mine, theirs)
     ckpt_dir = os.path.join(workdir, "checkpoints")
     if diffs and os.path.isdir(ckpt_dir) and any(n.isdigit() for n in os.listdir(ckpt_dir)):

@@ -5,7 +5,8 @@ directory also holds vocab.json (train counts, V_train, V_test, the CVQA top-k s
 answer graphs graph_train.npz / graph_test.npz (data_prep/answer_graphs.py).
 
 Training scores the [MASK] feature against V_train; evaluation swaps in V_test (and its graph). Both vocabularies
-(and graphs) are padded to one static budget so a single compiled step serves both.
+(and graphs) are padded to one static budget so a single compiled step serves both. The closed heads (cvqa, cvqa_mlp)
+score the top-k train answers in both, and train only on the rows whose answer is among them.
 """
 
 import json
@@ -78,12 +79,14 @@ class Input:
 
     self.head = head
     dc = config.data
-    if self.head == "cvqa":
+    self.closed = head in ("cvqa", "cvqa_mlp")
+    if self.closed:
+      # FrozenBiLM's closed vocabulary: the top-k train answers (vocab.json's vocab_cvqa, the converter's
+      # --cvqa-topk or the authors' file), the same answer set in training and evaluation.
       self.answers_train = list(self.vocab["vocab_cvqa"])
-      self.answers_eval = self.answers_train
       if dc.cvqa_topk and dc.cvqa_topk < len(self.answers_train):
         self.answers_train = self.answers_train[:dc.cvqa_topk]
-        self.answers_eval = self.answers_train
+      self.answers_eval = self.answers_train
     else:
       self.answers_train = list(self.vocab["vocab_train"])
       self.answers_eval = list(self.vocab["vocab_test"])
@@ -112,6 +115,7 @@ class Input:
                          f"V_test has {len(self.answers_eval)}: rebuild the graphs")
     self.budget = self._vocab_budget()
     self._aux_cache = {}
+    self._in_vocab = {}  # split -> record positions with an in-vocabulary answer (closed heads)
 
   def _vocab_budget(self) -> dict:
     """One static budget for V_train and V_test (answers, and graph nodes/edges when a verbalizer is used)."""
@@ -135,8 +139,32 @@ class Input:
 
   def source(self, split: str):
     spec = records.load_spec(self.data_dir, split)
-    return source_lib.TFRecordDataSource(records.split_paths(self.data_dir, split), spec,
-                                         on_corrupt=self.config.data.on_corrupt)
+    src = source_lib.TFRecordDataSource(records.split_paths(self.data_dir, split), spec,
+                                        on_corrupt=self.config.data.on_corrupt)
+    if self.closed and split == self.config.data.train_split:
+      # FrozenBiLM (datasets/videoqa_dataset.py) removes the train rows whose answer is outside its vocabulary:
+      # they are not in the epoch at all (not merely loss-free rows in a batch).
+      return source_lib.SubsetSource(src, self.in_vocab_rows(split, src),
+                                     f"train rows whose answer is in the top-{len(self.answers_train)} answers")
+    return src
+
+  def in_vocab_rows(self, split: str, src) -> list:
+    """Positions in `src` (the records of `split`) whose answer is in the closed vocabulary. Read from `{split}.csv`
+    (the converter copies exactly the converted rows, in record order), or from the records themselves when their
+    count differs (records skipped with config.data.on_corrupt = "skip")."""
+    if split not in self._in_vocab:
+      from evqa_jax.evaluate import ovqa as ovqa_eval
+      from evqa_jax.projects.ovqa import evaluator
+      path = evaluator.split_csv(self.data_dir, split)
+      answers = ovqa_eval.read_answers(path, f"{split} CSV")
+      if len(answers) != len(src):
+        answers = [str(src[i]["answer"]) for i in range(len(src))]
+      kept = [i for i, a in enumerate(answers) if a in self.answer_index_train]
+      if not kept:
+        raise ValueError(f"no {split} row of {self.data_dir} has an answer among the top-{len(self.answers_train)} "
+                         "answers of its vocab.json (vocab_cvqa, config.data.cvqa_topk)")
+      self._in_vocab[split] = kept
+    return self._in_vocab[split]
 
   def preprocess(self, example: dict, train: bool) -> dict:
     dc = self.config.data
@@ -152,8 +180,9 @@ class Input:
     answer = str(example["answer"])
     table = self.answer_index_train if train else self.answer_index_eval
     label = table.get(answer, -1)
-    if train and label < 0 and self.head == "open":
-      raise ValueError(f"record {int(example['index'])} of {self.data_dir}: train answer {answer!r} is not in V_train "
+    if train and label < 0:  # closed heads: such rows are not in the train source (`source`)
+      vocab = "vocab_cvqa" if self.closed else "V_train"
+      raise ValueError(f"record {int(example['index'])} of {self.data_dir}: train answer {answer!r} is not in {vocab} "
                        "of vocab.json (vocabulary and records do not match)")
     return {
         "input_ids": ids,
@@ -169,7 +198,7 @@ class Input:
     key = "train" if split == self.config.data.train_split else "eval"
     if key in self._aux_cache:
       return self._aux_cache[key]
-    if self.head == "cvqa":
+    if self.head == "cvqa_mlp":  # a classifier: no answer embeddings
       self._aux_cache[key] = {}
       return {}
     answers = self.answers_train if key == "train" else self.answers_eval

@@ -1,10 +1,14 @@
-"""FrozenBiLM+ for open-vocabulary video QA, and its closed-vocabulary (CVQA) counterpart.
+"""FrozenBiLM+ for open-vocabulary video QA, and its closed-vocabulary (CVQA) counterparts.
 
 The frozen bidirectional LM reads `[visual tokens] Question: ...? Answer: [MASK]. Subtitles: ...`; its [MASK]
 feature (MLM-head transform, DeBERTa: after the enhanced mask decoder) is scored
 - `head="open"`: by dot product with the embeddings of the active answer vocabulary (mean of the frozen input word
   embeddings over each answer's <= 5 sub-words), optionally refined by the GNN soft verbalizer; no bias, no temperature;
-- `head="cvqa"`: by an MLP classifier over a fixed top-k answer set (out-of-vocabulary answers can never be predicted).
+- `head="cvqa"`: FrozenBiLM's own head, the paper's CVQA row: the same dot product with the same frozen answer
+  embeddings, over a fixed top-k train vocabulary in training and evaluation (never the GNN verbalizer), so an answer
+  outside it can never be predicted. No bias: FrozenBiLM's `set_answer_embeddings` assigns the mean sub-word MLM
+  bias to `answer_bias.weight`, an attribute the forward never reads, so its answer bias stays at zero;
+- `head="cvqa_mlp"`: an extra baseline, an MLP classifier over the same top-k answers, trained from scratch.
 """
 
 import dataclasses
@@ -16,6 +20,9 @@ import jraph
 
 from evqa_jax import pretrained
 from evqa_jax.models import encoders
+
+
+HEADS = ("open", "cvqa", "cvqa_mlp")
 
 
 def mean_subword_embeddings(word_embeddings, token_ids, token_mask):
@@ -48,15 +55,15 @@ class Model(nn.Module):
 
   Attributes:
     encoder: "bert" or "deberta_v2".
-    head: "open" or "cvqa".
+    head: "open", "cvqa" (FrozenBiLM's head over the top-k answers) or "cvqa_mlp" (an MLP over them).
     use_adapters, adapter_reduction: adapters (hidden / reduction wide) in every LM layer.
     remat: per-LM-layer jax.checkpoint policy (none | full | dots_saveable), a memory lever.
     dropout: LM and adapter dropout (None: the checkpoint's).
     dtype: compute dtype name ("float32", "bfloat16").
     encoder_config: the checkpoint's encoder architecture with the visual prefix (num_visual_tokens, visual_dim);
       `lm_config` adds this model's adapter, dropout and dtype fields.
-    num_classes: CVQA answer-set size (head="cvqa").
-    verbalizer: `config.verbalizer` (the `Verbalizer` module's fields; head="open"), or None for plain answer
+    num_classes: CVQA answer-set size (head="cvqa_mlp").
+    verbalizer: `config.verbalizer` (the `Verbalizer` module's fields; head="open" only), or None for plain answer
       embeddings.
     verbalizer_call: static work bounds (evqa_jax.graphs.padding.verbalizer_budget).
   """
@@ -82,13 +89,16 @@ class Model(nn.Module):
   def setup(self):
     lm_config = self.lm_config
     self.lm = encoders.ENCODERS[self.encoder](lm_config, name="lm")
-    if self.head == "cvqa":
+    if self.head not in HEADS:
+      raise ValueError(f"config.model.head = {self.head!r}: expected one of {HEADS}")
+    if self.head != "open" and self.verbalizer is not None:
+      raise ValueError(f"config.model.head = {self.head!r} scores a fixed answer set: the GNN verbalizer is for "
+                       "head 'open' only (set config.verbalizer.variant = 'A')")
+    if self.head == "cvqa_mlp":
       self.cvqa_head = CVQAHead(self.num_classes, lm_config.hidden_size, dtype=lm_config.dtype, name="cvqa_head")
-    elif self.head == "open" and self.verbalizer is not None:
+    elif self.verbalizer is not None:
       from evqa_jax.models.verbalizer import Verbalizer
       self.verbalizer_module = Verbalizer(**self.verbalizer, dtype=pretrained.dtype(self.dtype), name="verbalizer")
-    elif self.head != "open":
-      raise ValueError(f"config.model.head = {self.head!r}: expected 'open' or 'cvqa'")
 
   def mask_feature(self, batch, deterministic: bool):
     """-> `[batch, H]` the [MASK] feature of the LM."""
@@ -110,9 +120,10 @@ class Model(nn.Module):
                                   **(self.verbalizer_call or {}))
 
   def __call__(self, batch, vocab=None, deterministic: bool = True):
-    """-> logits `[batch, A]` (open: over the padded active vocabulary, padding at -inf) or `[batch, k]` (cvqa)."""
+    """-> logits `[batch, A]` (open, cvqa: over the padded answer vocabulary, padding at -inf) or `[batch, k]`
+    (cvqa_mlp)."""
     feature = self.mask_feature(batch, deterministic)
-    if self.head == "cvqa":
+    if self.head == "cvqa_mlp":
       return self.cvqa_head(feature)
     answers = self.answer_embeddings(vocab)
     logits = jnp.einsum("bh,ah->ba", feature.astype(jnp.float32), answers.astype(jnp.float32))

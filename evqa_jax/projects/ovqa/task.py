@@ -1,4 +1,4 @@
-"""OVQA: open-vocabulary video QA with FrozenBiLM+ (optionally + the GNN soft verbalizer) or the CVQA baseline.
+"""OVQA: open-vocabulary video QA with FrozenBiLM+ (optionally + the GNN soft verbalizer) or the CVQA baselines.
 
 Input (records, prompts, answer vocabularies and graphs): input.py. Model: model.py, built from `config.model`.
 Loss: cross-entropy over the active answer vocabulary (V_train in training, V_test in evaluation). Evaluation:
@@ -18,11 +18,32 @@ from evqa_jax.projects.ovqa import input as input_lib
 from evqa_jax.projects.ovqa import model as model_lib
 
 
+def init_from_path(config) -> str:
+  """`config.pretrained.init_from` -> the FrozenBiLM checkpoint to start from, or "" for none ("none" opts out).
+
+  The paper configs (`pretrained.init_from_required`) fine-tune from FrozenBiLM's pretrained checkpoint, as the
+  authors' `--load` does: with init_from empty they stop here, before any data is read, rather than quietly training
+  from plain DeBERTa (a different model from the paper's)."""
+  pc = config.pretrained
+  value = str(pc.init_from or "").strip()
+  if value.lower() == "none":
+    return ""
+  if not value and pc.get("init_from_required", False):
+    raise ValueError(
+        f"config.pretrained.init_from is empty, but configs/ovqa_{config.get('dataset', 'msrvtt')}.py (the paper's "
+        "settings) starts from FrozenBiLM's pretrained checkpoint: pass --config.pretrained.init_from=PATH/"
+        "frozenbilm.pth, or --config.pretrained.init_from=none to start from plain DeBERTa-v2 instead")
+  return value
+
+
 class Task(base.Task):
   main_metric = "mAcc"
 
   def __init__(self, config):
     super().__init__(config)
+    if config.model.head not in model_lib.HEADS:
+      raise ValueError(f"config.model.head = {config.model.head!r}: expected one of {model_lib.HEADS}")
+    self.init_from = init_from_path(config)
     self.input = input_lib.Input(config, head=config.model.head)
     self.pretrained_dir = pretrained.checkpoint_dir(config.pretrained)
     encoder_config = pretrained.encoder_config(config.model.encoder, config.pretrained,
@@ -57,12 +78,12 @@ class Task(base.Task):
             "video_mask": jnp.ones((1, dc.num_frames), jnp.int32)}
 
   def init_params(self, rng):
-    open_head = self.model.head == "open"
+    open_head = self.model.head != "cvqa_mlp"  # scored against answer embeddings: needs the vocabulary
     aux = jax.tree.map(jnp.asarray, self.aux_inputs(self.config.data.train_split)) if open_head else None
     return self.model.init({"params": rng}, self._dummy_batch(), aux)["params"]
 
   def load_pretrained(self, params: dict) -> dict:
-    encoder, init_from = self.config.model.encoder, self.config.pretrained.init_from
+    encoder, init_from = self.config.model.encoder, self.init_from
     params = dict(params)
     params["lm"] = pretrained.load_encoder_weights(encoder, self.encoder_config, self.pretrained_dir, params["lm"])
     if init_from:
@@ -82,13 +103,13 @@ class Task(base.Task):
 
   def _logits(self, params, batch, aux, rng, train: bool):
     rngs = {"dropout": rng} if train else {}
-    return self.model.apply({"params": params}, batch, aux if self.model.head == "open" else None,
+    return self.model.apply({"params": params}, batch, aux if self.model.head != "cvqa_mlp" else None,
                             deterministic=not train, rngs=rngs)
 
   def loss(self, params, batch, aux, rng, train: bool = True):
     logits = self._logits(params, batch, aux, rng, train)
     labels = batch["label"]
-    valid = labels >= 0  # CVQA: training rows whose answer is outside the top-k carry no loss
+    valid = labels >= 0  # evaluation rows whose answer is outside the scored vocabulary carry no loss
     if "_valid" in batch:
       valid = valid & (batch["_valid"] > 0)
     ce = optax.softmax_cross_entropy_with_integer_labels(logits, jnp.maximum(labels, 0))
@@ -104,10 +125,13 @@ class Task(base.Task):
 
   # -- evaluation (evaluator.py) --------------------------------------------------------------------------------
   def evaluate(self, split: str, outputs: dict, out_dir: str) -> dict:
-    return evaluator.evaluate(self.input.data_dir, self.input.answers_eval, split, outputs, out_dir)
+    # Prediction ids index the vocabulary aux_inputs(split) scored: V_train for the train split, else V_test.
+    answers = self.input.answers_train if split == self.config.data.train_split else self.input.answers_eval
+    return evaluator.evaluate(self.input.data_dir, answers, split, outputs, out_dir)
 
   def describe(self) -> str:
-    vc = self.config.verbalizer
-    kind = "CVQA" if self.model.head == "cvqa" else ("FrozenBiLM+" if not self.input.use_graph
-                                                       else f"FrozenBiLM+ with verbalizer {vc.variant} eps={vc.eps}")
+    vc, k = self.config.verbalizer, len(self.input.answers_train)
+    kind = {"cvqa": f"CVQA (FrozenBiLM's head, top-{k} answers)", "cvqa_mlp": f"CVQA MLP (top-{k} answers)"}.get(
+        self.model.head, "FrozenBiLM+" if not self.input.use_graph else f"FrozenBiLM+ with verbalizer {vc.variant} "
+        f"eps={vc.eps}")
     return f"OVQA {kind} ({self.config.model.encoder})"

@@ -1,0 +1,49 @@
+"""Evaluate only: score a trained checkpoint, or the initial weights (zero-shot), on any split.
+
+  python launch/evaluate.py --config=configs/ovqa_msrvtt.py --workdir=runs/msrvtt --checkpoint=best [--split=test,val]
+  python launch/evaluate.py --config=configs/ovqa_msrvtt.py --workdir=runs/msrvtt_zs --zero_shot \
+      --config.pretrained.init_from=~/models/frozenbilm.pth          # the OVQA paper's zero-shot Table 6
+
+--checkpoint is `last`, `best` (model selection by config.select over the run's evaluations) or a step number, of a
+workdir that launch/train.py wrote with the same config (and --config. overrides); --zero_shot scores the weights
+training would start from (pretrained LM, config.pretrained.init_from) and needs no trained workdir. Each split's
+predictions and metrics are written as training's evaluation writes them, to <workdir>/eval/<split>_step<N>/ (zero-shot:
+<split>_zero_shot/), and all of them to <workdir>/evaluate_<step<N>|zero_shot>.json.
+"""
+
+import os
+import sys
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+config_flags.DEFINE_config_file("config", None, "Experiment config file (configs/<name>.py[:variant]).",
+                                lock_config=True)
+flags.DEFINE_string("workdir", None, "The training run's directory (zero-shot: where the outputs go).")
+flags.DEFINE_string("checkpoint", None, "last, best or a step number.")
+flags.DEFINE_bool("zero_shot", False, "Score the initial weights (no training) instead of a checkpoint.")
+flags.DEFINE_list("split", None, "Splits to score (default: config.data.eval_splits).")
+flags.mark_flags_as_required(["config", "workdir"])
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+  del argv
+  if not FLAGS["verbosity"].present:
+    logging.set_verbosity(logging.WARNING)
+  if bool(FLAGS.checkpoint) == FLAGS.zero_shot:
+    raise ValueError("give exactly one of --checkpoint=last|best|STEP and --zero_shot")
+  from data_prep import worlds
+  worlds.ensure_synthetic_world(FLAGS.config)  # the :demo / :small worlds are built here, never by the library
+  from evqa_jax.train import trainer
+  trainer.evaluate_checkpoint(FLAGS.config, FLAGS.workdir, None if FLAGS.zero_shot else FLAGS.checkpoint,
+                              FLAGS.split)
+
+
+if __name__ == "__main__":
+  from evqa_jax.train import overrides
+  overrides.exit_on_bad_overrides(sys.argv[1:])
+  from evqa_jax import cli
+  sys.exit(cli.run_absl(main))
