@@ -324,8 +324,9 @@ def _tiny_batch(b=4, seed=0):
 def test_model_shapes_and_losses_decrease():
   model = _tiny_model()
   batch = _tiny_batch()
-  params = nn.meta.unbox(model.init(jax.random.key(0), batch))["params"]
-  out = model.apply({"params": params}, batch)
+  # Everything under jit: run eagerly, each of the model's hundreds of ops would be compiled on its own.
+  params = nn.meta.unbox(jax.jit(model.init)(jax.random.key(0), batch))["params"]
+  out = jax.jit(model.apply)({"params": params}, batch)
   assert out["answer_logits"].shape == (4, 5) and out["frame_logits"].shape == (4, 4)
   assert out["grid_logits"].shape == (4, 4, 8, 8) and out["mask_logits"].shape == (4, 4, 16, 16)
 
@@ -345,10 +346,10 @@ def test_model_shapes_and_losses_decrease():
     u, s = tx.update(g, s, p)
     return optax.apply_updates(p, u), s, l, parts
 
-  _, first = loss_fn(params)
+  _, first = jax.jit(loss_fn)(params)
   for _ in range(30):
     params, opt, _, parts = step(params, opt)
-  _, last = loss_fn(params)
+  _, last = jax.jit(loss_fn)(params)
   for a, b in zip(first, last):
     assert float(b) < 0.7 * float(a), (first, last)
 

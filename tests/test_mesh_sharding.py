@@ -33,7 +33,7 @@ CONFIGS = {
     "violin": lambda: violin.get_config("small"),
     "evqa": lambda: evqa_gen.get_config("small"),
 }
-STEPS = 3
+STEPS = 2
 
 
 @pytest.fixture(autouse=True)
