@@ -32,6 +32,7 @@ TINY_CONFIG = textwrap.dedent("""
           max_position_embeddings=64))
       c.verbalizer.variant = "A"
       c.data.eval_splits = ("val",)
+      c.select.split = "val"             # model selection on the one split this run evaluates
       c.eval_batch_size = 40
       c.total_steps = 4
       c.checkpoint_every_steps = 2
