@@ -67,7 +67,10 @@ def ovqa_config(dataset: str, arg, cvqa_topk: int) -> ml_collections.ConfigDict:
       num_layers=2))
   # Answer graphs: their build parameters (data_prep/answer_graphs.py --k --hops --min-sim; the task refuses graphs
   # built with others; min_sim -1.0 = no cut-off, the builder's default) and their static padding budget.
-  c.graph = ml_collections.ConfigDict(dict(k=10, hops=2, min_sim=-1.0, max_nodes=0, max_edges=0, pad_multiple=128))
+  # source: "glove" (built by that script) or "authors" (the OVQA authors' graphs, imported with its --authors-graph;
+  # k / hops / min_sim are then not read). The task refuses a graph from the other source.
+  c.graph = ml_collections.ConfigDict(dict(source="glove", k=10, hops=2, min_sim=-1.0, max_nodes=0, max_edges=0,
+                                           pad_multiple=128))
 
   if "baseline" in variants:  # FrozenBiLM+ without the verbalizer (Table 5 A / Table 8 eps = 1)
     c.verbalizer.variant = "A"

@@ -1,9 +1,13 @@
 """Builds the OVQA answer graphs of a converted dataset.
 
   python data_prep/answer_graphs.py --data DIR --k 10 [--hops 2 --min-sim S --top-n N --glove pkg:glove-6b-50d]
+  python data_prep/answer_graphs.py --data DIR --authors-graph META      # the OVQA authors' graphs instead
 
 Reads DIR/vocab.json ({"vocab_train": [...], "vocab_test": [...]}, written by the OVQA converter) and writes
 DIR/graph_train.npz and DIR/graph_test.npz (see evqa_jax.graphs.answer_graph), printing node / edge counts.
+With --authors-graph META (their meta_data/<dataset>/, as for the converter's --authors-vocab) the graphs are read
+from META/answer_graph/{train,test}_{edge_index,x}.pth (data_prep/ovqa_authors.py) instead of built; train on them
+with --config.graph.source=authors.
 """
 
 import argparse
@@ -40,24 +44,42 @@ def main(argv=None) -> dict:
   parser.add_argument("--top-n", type=int, default=None, help="only the top-N most frequent words are candidates")
   parser.add_argument("--glove", default="pkg:glove-6b-50d",
                       help="word vectors: pkg:glove-6b-50d, a npy+parquet directory or a GloVe/word2vec text file")
+  parser.add_argument("--authors-graph", default=None, metavar="META",
+                      help="import the OVQA authors' META/answer_graph/*.pth instead of building (--k, --hops, "
+                           "--min-sim, --top-n, --glove unused)")
   args = parser.parse_args(argv)
 
   vocab = read_vocab(os.path.join(args.data, "vocab.json"))
   t0 = time.time()
-  wv = word_vectors.load_word_vectors(args.glove)
+  imported = {}
+  if args.authors_graph:  # both read (and checked) before either file is replaced
+    from data_prep import ovqa_authors  # pylint: disable=g-import-not-at-top
+    imported = {split: ovqa_authors.read_authors_graph(args.authors_graph, split, vocab[f"vocab_{split}"])
+                for split in ("train", "test")}
+  wv = None if imported else word_vectors.load_word_vectors(args.glove)
   summary = {}
   for split in ("train", "test"):
-    graph = answer_graph.build_answer_graph(vocab[f"vocab_{split}"], wv, k=args.k, hops=args.hops,
-                                            min_sim=args.min_sim, top_n=args.top_n)
-    graph.info["word_vectors"] = args.glove
     out = os.path.join(args.data, f"graph_{split}.npz")
-    graph.save(out)
-    stats = graph.stats()
+    if imported:
+      graph = imported[split]
+      graph.save(out)
+      stats = graph.stats()
+      info = graph.info
+      print(f"{split}: {stats['num_answers']} answers, {stats['num_nodes']} nodes with "
+            f"{graph.node_features.shape[1]}-d features, {stats['num_edges']} edges ({info['num_given_edges']} "
+            f"given, {info['num_given_self_loops']} of them self-loops, replaced by one per node) -> {out}")
+    else:
+      graph = answer_graph.build_answer_graph(vocab[f"vocab_{split}"], wv, k=args.k, hops=args.hops,
+                                              min_sim=args.min_sim, top_n=args.top_n)
+      graph.info["word_vectors"] = args.glove
+      graph.save(out)
+      stats = graph.stats()
+      oov = graph.info["oov_answers"]
+      print(f"{split}: {stats['num_answers']} answers, {stats['num_nodes']} nodes, {stats['num_edges']} edges "
+            f"(incl. {stats['num_nodes']} self-loops; {graph.info['dropped_answer_answer_edges']} answer-answer "
+            f"edges dropped), {len(oov)} answers without word vectors{': ' + ', '.join(oov[:10]) if oov else ''} "
+            f"-> {out}")
     summary[split] = stats
-    oov = graph.info["oov_answers"]
-    print(f"{split}: {stats['num_answers']} answers, {stats['num_nodes']} nodes, {stats['num_edges']} edges "
-          f"(incl. {stats['num_nodes']} self-loops; {graph.info['dropped_answer_answer_edges']} answer-answer edges "
-          f"dropped), {len(oov)} answers without word vectors{': ' + ', '.join(oov[:10]) if oov else ''} -> {out}")
   print(f"done in {time.time() - t0:.1f}s")
   return summary
 

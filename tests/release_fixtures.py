@@ -217,7 +217,7 @@ def ovqa_category(train_count: int) -> str:
   return "base" if train_count > 100 else "common" if train_count > 10 else "rare" if train_count > 0 else "unseen"
 
 
-def ovqa_authors_files(root: str, train_answers, test_answers, embed_dim: int = 8, seed: int = 0,
+def ovqa_authors_files(root: str, train_answers, test_answers, embed_dim: int = 32, seed: int = 0,
                        categories: dict | None = None) -> dict:
   """OVQA's `meta_data/<dataset>/` vocabulary, category and answer-graph files (mlvlab/OVQA README, dataset.py).
 
@@ -230,8 +230,10 @@ def ovqa_authors_files(root: str, train_answers, test_answers, embed_dim: int = 
   from `ans2cat[k] for k in ans2id`, train.py's evaluate reads `ans2cat[ans]` for every test answer);
   `categories` overrides single answers (the authors' counts may come from a larger pool than the CSVs).
   answer_graph/{split}_edge_index.pth: int64 tensor [2, E] (torch_geometric edge_index, row 0 source, row 1
-  target); answer_graph/{split}_x.pth: float tensor [N, D], the node features with the |V_split| answers first
-  (model/deberta.py: gnn(vocab_embeddings, edge_index)[:n_ans]).
+  target); answer_graph/{split}_x.pth: float32 tensor [N, D], the node features with the |V_split| answers first
+  (model/deberta.py: gnn(vocab_embeddings, edge_index)[:n_ans]; D is the LM's hidden size: `embed_dim`, 32 as the
+  toy LMs of these tests). Here N = |V| + 2 and the edges are n-2 -> 0, n-1 -> 1, 0 -> n-2, 2 -> 3 (answer to
+  answer) and 1 -> 1 (a self-loop, which their GATConv removes before adding one to every node).
   """
   import torch
   os.makedirs(os.path.join(root, "answer_graph"), exist_ok=True)
@@ -251,10 +253,11 @@ def ovqa_authors_files(root: str, train_answers, test_answers, embed_dim: int = 
   g = torch.Generator().manual_seed(seed)
   for split, vocab in (("train", train_vocab), ("test", test_vocab)):
     n = len(vocab) + 2  # two extra neighbour words
-    src = torch.tensor([n - 2, n - 1, 0], dtype=torch.int64)
-    dst = torch.tensor([0, 1, n - 2], dtype=torch.int64)
+    src = torch.tensor([n - 2, n - 1, 0, 2, 1], dtype=torch.int64)
+    dst = torch.tensor([0, 1, n - 2, 3, 1], dtype=torch.int64)
     torch.save(torch.stack([src, dst]), os.path.join(root, "answer_graph", f"{split}_edge_index.pth"))
-    torch.save(torch.randn(n, embed_dim, generator=g), os.path.join(root, "answer_graph", f"{split}_x.pth"))
+    x = 0.1 * torch.randn(n, embed_dim, generator=g)  # word-embedding scale: no attention weight near 0 or 1
+    torch.save(x, os.path.join(root, "answer_graph", f"{split}_x.pth"))
   return {"dir": root, "train_vocab": train_vocab, "test_vocab": test_vocab, "ans2cat": ans2cat}
 
 

@@ -41,6 +41,16 @@ def test_graph_build_parameters_checked():
     answer_graph.check_build_params(_graph(10, 2, None), "g.npz", "D", k=10, hops=3, min_sim=-1.0)
   with pytest.raises(ValueError, match="config.graph.min_sim = 0.2 but g.npz was built with min_sim = -1.0"):
     answer_graph.check_build_params(_graph(10, 2, None), "g.npz", "D", k=10, hops=2, min_sim=0.2)
+  # The authors' graph has no k / hops of ours: it needs config.graph.source = "authors", which skips them.
+  theirs = answer_graph.AnswerGraph(["a", "b"], [0, 1], [0, 1], 2, {"source": "authors", "edge_index": "e.pth"})
+  answer_graph.check_build_params(theirs, "g.npz", "D", k=5, hops=3, min_sim=0.2, source="authors")
+  with pytest.raises(ValueError, match=r"g.npz is the OVQA authors' answer graph \(imported from e.pth\).*"
+                                       r"set config.graph.source = 'authors'"):
+    answer_graph.check_build_params(theirs, "g.npz", "D", k=10, hops=2, min_sim=-1.0)
+  with pytest.raises(ValueError, match=r"config.graph.source = 'authors' but g.npz was built by .*--authors-graph"):
+    answer_graph.check_build_params(_graph(10, 2, None), "g.npz", "D", k=10, hops=2, min_sim=-1.0, source="authors")
+  with pytest.raises(ValueError, match=r"config.graph.source = 'glov': expected 'glove'"):
+    answer_graph.check_build_params(_graph(10, 2, None), "g.npz", "D", k=10, hops=2, min_sim=-1.0, source="glov")
 
 
 def test_task_refuses_a_graph_built_with_other_knobs(monkeypatch):
@@ -125,6 +135,122 @@ def test_task_takes_base_answers_from_the_categories(tmp_path, monkeypatch):
   assert task.input.answers_train[:2] == ["guitar", "woman"]
   is_base = task.aux_inputs("train")["is_base"]
   np.testing.assert_array_equal(np.nonzero(is_base)[0], [1])  # "woman": base by their category, 2 train rows
+
+
+# ------------------------------------------------------------------------------------ the authors' answer graphs
+
+def test_authors_answer_graph_import(tmp_path):
+  import json
+  import torch
+  from data_prep import answer_graphs
+  from data_prep import ovqa_authors
+  _, authors, out = _converted(tmp_path)
+  summary = answer_graphs.main(["--data", out, "--authors-graph", authors["dir"]])
+  assert summary["train"] == {"num_answers": 8, "num_nodes": 10, "num_edges": 14, "num_oov_answers": 0}
+  g = answer_graph.load_answer_graph(os.path.join(out, "graph_train.npz"))
+  assert g.node_words == list(authors["train_vocab"]) + ["", ""]  # their neighbour words are not released
+  # Their edges 8->0, 9->1, 0->8, 2->3 (source, target); their self-loop 1->1 replaced, as their GATConv does, by
+  # one self-loop per node; sorted by (receiver, sender).
+  assert list(zip(g.senders.tolist(), g.receivers.tolist())) == [
+      (0, 0), (8, 0), (1, 1), (9, 1), (2, 2), (2, 3), (3, 3), (4, 4), (5, 5), (6, 6), (7, 7), (0, 8), (8, 8),
+      (9, 9)]
+  x = torch.load(os.path.join(authors["dir"], "answer_graph", "train_x.pth")).numpy()
+  assert x.shape == (10, 32) and g.node_features.dtype == np.float32
+  np.testing.assert_array_equal(g.node_features, x)
+  assert g.info["source"] == "authors" and (g.info["num_given_edges"], g.info["num_given_self_loops"]) == (5, 1)
+  t = answer_graph.load_answer_graph(os.path.join(out, "graph_test.npz"))
+  assert (t.num_answers, t.num_nodes, t.node_words[:5]) == (5, 7, list(authors["test_vocab"]))
+
+  graph_dir = os.path.join(authors["dir"], "answer_graph")
+  os.remove(os.path.join(out, "graph_train.npz"))
+  for name, obj, message in (
+      ("test_edge_index.pth", torch.zeros(3, 2, dtype=torch.int64),
+       r"test_edge_index.pth: edge_index has shape \(3, 2\), expected \[2, edges\]"),
+      ("test_edge_index.pth", torch.tensor([[7], [0]]),
+       r"test_edge_index.pth: edge_index edge 0 \(7 -> 0\) names a node outside the 7 nodes of .*test_x.pth"),
+      ("test_edge_index.pth", torch.zeros(2, 1), r"test_edge_index.pth: edge_index has dtype torch.float32"),
+      ("test_x.pth", torch.zeros(3, 32), r"test_x.pth: x \(node features\) has 3 rows but .*test_vocab.json holds 5"),
+      ("test_x.pth", {"x": torch.zeros(7, 32)}, r"test_x.pth: x \(node features\) must be a tensor, found dict")):
+    saved = torch.load(os.path.join(graph_dir, name))
+    torch.save(obj, os.path.join(graph_dir, name))
+    with pytest.raises(ovqa_authors.AuthorsVocabError, match=message):
+      answer_graphs.main(["--data", out, "--authors-graph", authors["dir"]])
+    torch.save(saved, os.path.join(graph_dir, name))
+  assert not os.path.exists(os.path.join(out, "graph_train.npz"))  # both splits are checked before either is written
+  with open(os.path.join(out, "vocab.json")) as f:  # our own vocabulary: their x rows would be the wrong answers
+    vocab = json.load(f)
+  vocab["vocab_test"] = sorted(vocab["vocab_test"])
+  with open(os.path.join(out, "vocab.json"), "w") as f:
+    json.dump(vocab, f)
+  with pytest.raises(ovqa_authors.AuthorsVocabError, match=r"vocab.json V_test is not .*test_vocab.json in id order"):
+    answer_graphs.main(["--data", out, "--authors-graph", authors["dir"]])
+
+
+def their_gnn(x, edge_index, layers=2):
+  """mlvlab/OVQA model/gnn.py GNNSoftVerbalizer at init (lin_src = lin_dst = identity, model/deberta.py), `layers`
+  times: self-loops removed then one added per node; alpha_ij = softmax_j LeakyReLU_0.2(x_i . x_j);
+  x_i' = sum_j alpha_ij x_j (messages are the raw x_j)."""
+  src, dst = edge_index
+  keep = src != dst
+  n = len(x)
+  src, dst = np.concatenate([src[keep], np.arange(n)]), np.concatenate([dst[keep], np.arange(n)])
+  for _ in range(layers):
+    score = np.einsum("ed,ed->e", x[dst], x[src])
+    score = np.where(score > 0, score, 0.2 * score)
+    h = np.zeros_like(x)
+    for i in range(n):
+      into = dst == i
+      w = np.exp(score[into] - score[into].max())
+      h[i] = (w / w.sum()) @ x[src[into]]
+    x = h
+  return x
+
+
+def test_zero_shot_on_the_authors_graph(tmp_path):
+  """launch/evaluate.py --zero_shot (trainer.evaluate_checkpoint without a checkpoint: the paper's Table 6) with the
+  authors' graph: its predictions are argmax_a f . (eps V_a + (1 - eps) GNN(x)_a), computed here from their files."""
+  import json
+  import flax.linen as nn
+  import jax
+  import pandas as pd
+  import torch
+  from data_prep import answer_graphs
+  from evqa_jax.data import pipeline
+  from evqa_jax.models import encoders
+  from evqa_jax.train import trainer
+  import release_fixtures as R
+  _, authors, out = _converted(tmp_path)
+  answer_graphs.main(["--data", out, "--authors-graph", authors["dir"]])
+  config = _tiny(out, "open")
+  config.verbalizer.variant = "E"
+  with pytest.raises(ValueError, match=r"graph_train.npz is the OVQA authors' answer graph"):
+    OVQATask(config)
+  config.graph.source = "authors"
+  workdir = tmp_path / "zero_shot"
+  result = trainer.evaluate_checkpoint(config, str(workdir), None, ["test"])
+
+  # The weights it scores: the init of config.seed (the tiny config has no pretrained weights to load).
+  task = OVQATask(config)
+  params = task.load_pretrained(jax.device_get(nn.meta.unbox(jax.jit(task.init_params)(jax.random.key(config.seed)))))
+  test = task.source("test")
+  batch = pipeline.stack_examples([task.preprocess(test[i], train=False) for i in range(len(test))])
+  feature = np.asarray(task.model.apply({"params": params}, batch, True, method="mask_feature"), np.float64)
+  words = np.asarray(encoders.word_embeddings("bert", params["lm"]), np.float64)
+  tok = task.input.tokenizer
+  answers = list(authors["test_vocab"])
+  v = np.stack([words[tok(a, add_special_tokens=False)["input_ids"][:5]].mean(0) for a in answers])
+  graph = os.path.join(authors["dir"], "answer_graph")
+  gnn = their_gnn(torch.load(os.path.join(graph, "test_x.pth")).double().numpy(),
+                  torch.load(os.path.join(graph, "test_edge_index.pth")).numpy())
+  emb = np.asarray(task.model.apply({"params": params}, task.aux_inputs("test"), method="answer_embeddings"))
+  np.testing.assert_allclose(emb[:5], 0.7 * v + 0.3 * gnn[:5], rtol=1e-4, atol=1e-5)
+  pred = [answers[i] for i in np.argmax(feature @ emb[:5].T, axis=1)]
+  written = pd.read_csv(workdir / "eval" / "test_zero_shot" / "predictions.csv", dtype=str, keep_default_na=False)
+  assert written.sort_values("index")["prediction"].tolist() == pred
+  gold = [a for _, a, _ in R.MSRVTT_ROWS["test"]]
+  assert result["step"] == 0 and result["eval"]["test"]["total"] == pytest.approx(
+      100 * np.mean([p == a for p, a in zip(pred, gold)]))
+  assert json.loads((workdir / "evaluate_zero_shot.json").read_text())["eval"] == result["eval"]
 
 
 # ----------------------------------------------------------------------------------------- CVQA: FrozenBiLM's head

@@ -11,6 +11,8 @@ answer is that answer's node. A multi-word answer's query vector is the mean of 
 no in-vocabulary word has no neighbours, keeps only its self-loop, and is listed in `info["oov_answers"]`.
 
 Node features are not word vectors: callers embed `node_words` with the frozen LM answer encoder (`embed_nodes`).
+An imported graph (the OVQA authors' answer_graph/*.pth, data_prep/ovqa_authors.py) instead carries its own
+`node_features` `[nodes, D]` and knows only its answers' words (the other nodes' words are "").
 """
 
 import dataclasses
@@ -22,7 +24,8 @@ import numpy as np
 from evqa_jax import io
 from evqa_jax.graphs import word_vectors as wv_lib
 
-_NPZ_KEYS = ("node_words", "senders", "receivers", "num_answers", "info")
+_NPZ_KEYS = ("node_words", "senders", "receivers", "num_answers", "info")  # plus node_features when given
+SOURCES = ("glove", "authors")  # config.graph.source: built here from word vectors, or imported from the authors
 
 
 @dataclasses.dataclass
@@ -33,10 +36,13 @@ class AnswerGraph:
   receivers: np.ndarray  # [edges] int32
   num_answers: int
   info: dict = dataclasses.field(default_factory=dict)
+  node_features: Optional[np.ndarray] = None  # [nodes, D] float32 given with the graph, or None (embed node_words)
 
   def __post_init__(self):
     self.senders = np.asarray(self.senders, np.int32)
     self.receivers = np.asarray(self.receivers, np.int32)
+    if self.node_features is not None:
+      self.node_features = np.asarray(self.node_features, np.float32)
     self.validate()
 
   @property
@@ -56,6 +62,9 @@ class AnswerGraph:
     for name, arr in (("senders", self.senders), ("receivers", self.receivers)):
       if arr.size and (arr.min() < 0 or arr.max() >= n):
         raise ValueError(f"{where}: {name} index out of range [0, {n})")
+    feats = self.node_features
+    if feats is not None and (feats.ndim != 2 or feats.shape[0] != n):
+      raise ValueError(f"{where}: node_features has shape {feats.shape}, expected [{n} nodes, D]")
 
   def stats(self) -> dict:
     return {
@@ -67,6 +76,7 @@ class AnswerGraph:
 
   def save(self, path: str) -> None:
     """Writes an .npz (no pickles) atomically."""
+    extra = {} if self.node_features is None else {"node_features": self.node_features}
     with io.atomic_path(path) as tmp:
       with open(tmp, "wb") as f:
         np.savez(f,
@@ -74,7 +84,8 @@ class AnswerGraph:
                  senders=self.senders,
                  receivers=self.receivers,
                  num_answers=np.int64(self.num_answers),
-                 info=np.asarray(json.dumps(self.info, sort_keys=True)))
+                 info=np.asarray(json.dumps(self.info, sort_keys=True)),
+                 **extra)
 
 
 def load_answer_graph(path: str) -> AnswerGraph:
@@ -89,18 +100,35 @@ def load_answer_graph(path: str) -> AnswerGraph:
     graph.receivers = z["receivers"].astype(np.int32)
     graph.num_answers = int(z["num_answers"])
     graph.info = json.loads(str(z["info"]))
+    graph.node_features = z["node_features"].astype(np.float32) if "node_features" in z.files else None
   graph.validate(where=path)
   return graph
 
 
-def check_build_params(graph: AnswerGraph, path: str, data_dir: str, k: int, hops: int, min_sim: float) -> None:
-  """Refuses a graph built with other k / hops / min_sim than config.graph asks for.
+def check_build_params(graph: AnswerGraph, path: str, data_dir: str, k: int, hops: int, min_sim: float,
+                       source: str = "glove") -> None:
+  """Refuses a graph built with other k / hops / min_sim than config.graph asks for, or from another source.
 
   The graph is fixed at data prep, so these config keys cannot change it; a graph that disagrees with them would
   make a sweep over them silently do nothing. A min_sim of None at build time (no cut-off) equals -1.0 (every
-  cosine is >= -1).
+  cosine is >= -1). An imported authors' graph has no k / hops / min_sim of ours: it needs config.graph.source =
+  "authors" (so no config silently trains on it), and then those three keys are not read.
   """
   info = graph.info
+  built_source = info.get("source", "glove")
+  if source not in SOURCES:
+    raise ValueError(f"config.graph.source = {source!r}: expected 'glove' (a graph built by "
+                     "data_prep/answer_graphs.py) or 'authors' (imported with its --authors-graph)")
+  if built_source != source:
+    if built_source == "authors":
+      raise ValueError(f"{path} is the OVQA authors' answer graph (imported from {info.get('edge_index')}), not one "
+                       "built with config.graph.k / hops / min_sim: set config.graph.source = 'authors' to use it, or "
+                       f"build ours with `python data_prep/answer_graphs.py --data {data_dir}`")
+    raise ValueError(f"config.graph.source = {source!r} but {path} was built by data_prep/answer_graphs.py from word "
+                     f"vectors: import the authors' graph with `python data_prep/answer_graphs.py --data {data_dir} "
+                     "--authors-graph <meta_data/dataset>`, or set config.graph.source = 'glove'")
+  if source == "authors":
+    return
   built = {"k": info.get("k"), "hops": info.get("hops"),
            "min_sim": -1.0 if info.get("min_sim") is None else float(info["min_sim"])}
   if "k" not in info or "hops" not in info:
@@ -199,7 +227,7 @@ def build_answer_graph(answers: Sequence[str],
   receivers = np.concatenate([np.asarray(receivers, np.int64), np.arange(n)])
   order = np.lexsort((senders, receivers))
   info = {
-      "k": k, "hops": hops, "min_sim": min_sim, "top_n": top_n,
+      "source": "glove", "k": k, "hops": hops, "min_sim": min_sim, "top_n": top_n,
       "nodes_per_hop": hop_sizes,
       "dropped_answer_answer_edges": dropped,
       "oov_answers": oov,

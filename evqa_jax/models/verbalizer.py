@@ -228,8 +228,11 @@ class Verbalizer(nn.Module):
   @nn.compact
   def __call__(self, graph: jraph.GraphsTuple, num_answers_padded: int, is_base=None,
                num_receivers_padded: Optional[int] = None, num_receiver_edges_padded: Optional[int] = None,
-               num_answer_edges_padded: Optional[int] = None):
+               num_answer_edges_padded: Optional[int] = None, answers=None):
     """graph.nodes `[nodes, D]`, is_base `[num_answers_padded]` bool -> `[num_answers_padded, D]`.
+
+    `answers` `[num_answers_padded, D]`: Eq. 7's V when it is not the answer nodes' input features (an imported
+    graph's own features, as the OVQA authors' model mixes its LM answer embeddings with the GNN of x.pth).
 
     The optional static bounds come from `padding.verbalizer_budget` and only skip work that cannot change the
     result: with `num_receivers_padded` R (every edge into a node >= R is a self-loop) inner layers update nodes
@@ -243,7 +246,7 @@ class Verbalizer(nn.Module):
     if not 0 < num_answers_padded <= num_nodes:
       raise ValueError(f"num_answers_padded={num_answers_padded} must be in (0, {num_nodes}] (graph nodes)")
     senders, receivers = graph.senders, graph.receivers
-    v = jax.lax.stop_gradient(h0[:num_answers_padded])
+    v = jax.lax.stop_gradient(h0[:num_answers_padded] if answers is None else jnp.asarray(answers, self.dtype))
     if variant == "none":
       return v
 

@@ -106,13 +106,17 @@ class Input:
                                   f"{data_dir}`, or set --config.verbalizer.variant=A")
         self.graphs[split] = answer_graph.load_answer_graph(path)
         gc = config.graph
-        answer_graph.check_build_params(self.graphs[split], path, data_dir, gc.k, gc.hops, gc.min_sim)
+        answer_graph.check_build_params(self.graphs[split], path, data_dir, gc.k, gc.hops, gc.min_sim, gc.source)
       if self.graphs["train"].num_answers != len(self.answers_train):
         raise ValueError(f"{data_dir}/graph_train.npz has {self.graphs['train'].num_answers} answers but vocab.json "
                          f"V_train has {len(self.answers_train)}: rebuild the graphs")
       if self.graphs["eval"].num_answers != len(self.answers_eval):
         raise ValueError(f"{data_dir}/graph_test.npz has {self.graphs['eval'].num_answers} answers but vocab.json "
                          f"V_test has {len(self.answers_eval)}: rebuild the graphs")
+      dims = [None if g.node_features is None else g.node_features.shape[1] for g in self.graphs.values()]
+      if dims[0] != dims[1]:  # one compiled step serves both graphs
+        raise ValueError(f"{data_dir}: graph_train.npz and graph_test.npz carry node features of sizes {dims} "
+                         "(None: embedded from node words): build or import both the same way")
     self.budget = self._vocab_budget()
     self._aux_cache = {}
     self._in_vocab = {}  # split -> record positions with an in-vocabulary answer (closed heads)
@@ -214,18 +218,22 @@ class Input:
     if self.use_graph:
       from evqa_jax.graphs import padding
       graph = self.graphs[key]
-      # Node features are computed in the step from the frozen word embeddings, so the padded graph carries the
-      # nodes' sub-word ids, placed at their padded positions (answers first, padding slots empty).
-      ids, mask = tokenize_answers(self.tokenizer, graph.node_words, max_subwords, graph.num_nodes)
-      padded, _ = padding.pad_graph(graph, np.zeros((graph.num_nodes, 1), np.float32), self.budget["nodes"],
-                                    self.budget["edges"], n_ans)
-      pos = padding.node_positions(graph, n_ans)
-      node_ids = np.zeros((self.budget["nodes"], ids.shape[1]), np.int32)
-      node_mask = np.zeros((self.budget["nodes"], ids.shape[1]), np.bool_)
-      node_ids[pos], node_mask[pos] = ids, mask
-      aux.update(node_tokens=node_ids, node_token_mask=node_mask, senders=np.asarray(padded.senders),
-                 receivers=np.asarray(padded.receivers), n_node=np.asarray(padded.n_node),
-                 n_edge=np.asarray(padded.n_edge))
+      if graph.node_features is not None:  # an imported graph's own features (the authors' x.pth)
+        padded, _ = padding.pad_graph(graph, graph.node_features, self.budget["nodes"], self.budget["edges"], n_ans)
+        aux["node_features"] = np.asarray(padded.nodes)
+      else:
+        # Node features are computed in the step from the frozen word embeddings, so the padded graph carries the
+        # nodes' sub-word ids, placed at their padded positions (answers first, padding slots empty).
+        ids, mask = tokenize_answers(self.tokenizer, graph.node_words, max_subwords, graph.num_nodes)
+        padded, _ = padding.pad_graph(graph, np.zeros((graph.num_nodes, 1), np.float32), self.budget["nodes"],
+                                      self.budget["edges"], n_ans)
+        pos = padding.node_positions(graph, n_ans)
+        node_ids = np.zeros((self.budget["nodes"], ids.shape[1]), np.int32)
+        node_mask = np.zeros((self.budget["nodes"], ids.shape[1]), np.bool_)
+        node_ids[pos], node_mask[pos] = ids, mask
+        aux.update(node_tokens=node_ids, node_token_mask=node_mask)
+      aux.update(senders=np.asarray(padded.senders), receivers=np.asarray(padded.receivers),
+                 n_node=np.asarray(padded.n_node), n_edge=np.asarray(padded.n_edge))
     self._aux_cache[key] = aux
     return aux
 

@@ -112,11 +112,19 @@ class Model(nn.Module):
     answers = mean_subword_embeddings(word_emb, vocab["answer_tokens"], vocab["answer_token_mask"])
     if self.verbalizer is None:
       return answers
-    nodes = mean_subword_embeddings(word_emb, vocab["node_tokens"], vocab["node_token_mask"])
+    if "node_features" in vocab:
+      # An imported graph's features (the OVQA authors' x.pth) are the GNN's input only; Eq. 7's V stays the LM's
+      # answer embeddings, as in their model.
+      nodes = vocab["node_features"]
+      if nodes.shape[-1] != answers.shape[-1]:
+        raise ValueError(f"the answer graphs' node features are {nodes.shape[-1]}-d but the LM's word embeddings "
+                         f"are {answers.shape[-1]}-d: the graphs were made for another LM (config.pretrained)")
+    else:
+      nodes = mean_subword_embeddings(word_emb, vocab["node_tokens"], vocab["node_token_mask"])
+      answers = None  # the graph's first A nodes are the answers themselves (same sub-word tokens): V = theirs
     graph = jraph.GraphsTuple(nodes=nodes, edges=None, globals=None, senders=vocab["senders"],
                               receivers=vocab["receivers"], n_node=vocab["n_node"], n_edge=vocab["n_edge"])
-    del answers  # the graph's first A nodes are the answers themselves (same sub-word tokens)
-    return self.verbalizer_module(graph, vocab["answer_mask"].shape[0], vocab["is_base"],
+    return self.verbalizer_module(graph, vocab["answer_mask"].shape[0], vocab["is_base"], answers=answers,
                                   **(self.verbalizer_call or {}))
 
   def __call__(self, batch, vocab=None, deterministic: bool = True):
