@@ -206,17 +206,19 @@ def their_gnn(x, edge_index, layers=2):
   return x
 
 
-def test_zero_shot_on_the_authors_graph(tmp_path):
-  """launch/evaluate.py --zero_shot (trainer.evaluate_checkpoint without a checkpoint: the paper's Table 6) with the
-  authors' graph: its predictions are argmax_a f . (eps V_a + (1 - eps) GNN(x)_a), computed here from their files."""
+def test_zero_shot_on_the_authors_graph(tmp_path, monkeypatch):
+  """launch/evaluate.py --zero_shot (trainer.evaluate_checkpoint without a checkpoint: the paper's Table 6) on the
+  authors' graph: it scores the untrained weights, its answer embeddings are eps V + (1 - eps) GNN(x) computed here
+  from their files, its predictions the argmax of the [MASK] feature against them, its accuracy theirs."""
   import json
-  import flax.linen as nn
   import jax
   import pandas as pd
   import torch
   from data_prep import answer_graphs
   from evqa_jax.data import pipeline
   from evqa_jax.models import encoders
+  from evqa_jax.train import partition
+  from evqa_jax.train import steps as steps_lib
   from evqa_jax.train import trainer
   import release_fixtures as R
   _, authors, out = _converted(tmp_path)
@@ -226,15 +228,27 @@ def test_zero_shot_on_the_authors_graph(tmp_path):
   with pytest.raises(ValueError, match=r"graph_train.npz is the OVQA authors' answer graph"):
     OVQATask(config)
   config.graph.source = "authors"
+  seen = {}  # the state it scores, as the zero-shot path builds it (one compile: the eval step)
+
+  def spy(state, task, shardings):
+    seen["state"], seen["task"] = load(state, task, shardings), task
+    return seen["state"]
+  load = steps_lib.load_pretrained_into
+  monkeypatch.setattr(steps_lib, "load_pretrained_into", spy)
   workdir = tmp_path / "zero_shot"
   result = trainer.evaluate_checkpoint(config, str(workdir), None, ["test"])
 
-  # The weights it scores: the init of config.seed (the tiny config has no pretrained weights to load).
-  task = OVQATask(config)
-  params = task.load_pretrained(jax.device_get(nn.meta.unbox(jax.jit(task.init_params)(jax.random.key(config.seed)))))
+  task, state = seen["task"], seen["state"]
+  params = jax.device_get(partition.merge_params(state["trainable"], state["frozen"]))
+  assert int(state["step"]) == 0
+  for layer in ("gat_0", "gat_1"):  # untrained: the identity init of their model/deberta.py
+    for w in jax.tree.leaves(params["verbalizer"][layer]):
+      np.testing.assert_array_equal(w, np.eye(32))
   test = task.source("test")
   batch = pipeline.stack_examples([task.preprocess(test[i], train=False) for i in range(len(test))])
-  feature = np.asarray(task.model.apply({"params": params}, batch, True, method="mask_feature"), np.float64)
+  apply = jax.jit(lambda p, b, a: (task.model.apply({"params": p}, b, True, method="mask_feature"),
+                                   task.model.apply({"params": p}, a, method="answer_embeddings")))
+  feature, emb = (np.asarray(x, np.float64) for x in apply(params, batch, task.aux_inputs("test")))
   words = np.asarray(encoders.word_embeddings("bert", params["lm"]), np.float64)
   tok = task.input.tokenizer
   answers = list(authors["test_vocab"])
@@ -242,8 +256,7 @@ def test_zero_shot_on_the_authors_graph(tmp_path):
   graph = os.path.join(authors["dir"], "answer_graph")
   gnn = their_gnn(torch.load(os.path.join(graph, "test_x.pth")).double().numpy(),
                   torch.load(os.path.join(graph, "test_edge_index.pth")).numpy())
-  emb = np.asarray(task.model.apply({"params": params}, task.aux_inputs("test"), method="answer_embeddings"))
-  np.testing.assert_allclose(emb[:5], 0.7 * v + 0.3 * gnn[:5], rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(emb[:5], 0.7 * v + 0.3 * gnn[:5], rtol=1e-4, atol=1e-6)
   pred = [answers[i] for i in np.argmax(feature @ emb[:5].T, axis=1)]
   written = pd.read_csv(workdir / "eval" / "test_zero_shot" / "predictions.csv", dtype=str, keep_default_na=False)
   assert written.sort_values("index")["prediction"].tolist() == pred
