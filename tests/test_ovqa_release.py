@@ -141,6 +141,7 @@ def test_task_takes_base_answers_from_the_categories(tmp_path, monkeypatch):
 
 def test_authors_answer_graph_import(tmp_path):
   import json
+  import jax
   import torch
   from data_prep import answer_graphs
   from data_prep import ovqa_authors
@@ -162,6 +163,14 @@ def test_authors_answer_graph_import(tmp_path):
   assert (t.num_answers, t.num_nodes, t.node_words[:5]) == (5, 7, list(authors["test_vocab"]))
 
   graph_dir = os.path.join(authors["dir"], "answer_graph")
+  for split in ("train", "test"):  # features of another LM's width: refused when the model is traced
+    torch.save(torch.load(os.path.join(graph_dir, f"{split}_x.pth"))[:, :8].clone(),
+               os.path.join(graph_dir, f"{split}_x.pth"))
+  answer_graphs.main(["--data", out, "--authors-graph", authors["dir"]])
+  config = _tiny(out, "open")
+  config.verbalizer.variant, config.graph.source = "E", "authors"
+  with pytest.raises(ValueError, match=r"node features are 8-d but the LM's word embeddings are 32-d"):
+    jax.eval_shape(OVQATask(config).init_params, jax.random.key(0))
   os.remove(os.path.join(out, "graph_train.npz"))
   for name, obj, message in (
       ("test_edge_index.pth", torch.zeros(3, 2, dtype=torch.int64),

@@ -75,7 +75,7 @@ def test_ovqa_authors_files_layout(tmp_path):
     assert json.load(f)["song"] == "unseen"
   edges = torch.load(tmp_path / "answer_graph" / "test_edge_index.pth", weights_only=True)
   x = torch.load(tmp_path / "answer_graph" / "test_x.pth", weights_only=True)
-  assert edges.dtype == torch.int64 and edges.shape == (2, 3) and x.shape == (7, 8)
+  assert edges.dtype == torch.int64 and edges.shape == (2, 5) and x.dtype == torch.float32 and x.shape == (7, 32)
 
 
 def test_violin_release_converts(tmp_path):
