@@ -2,7 +2,8 @@
 
 Records: see data_prep/ovqa.py (question, answer, video [T, 768], video_mask, subtitles, index). The dataset
 directory also holds vocab.json (train counts, V_train, V_test, the CVQA top-k set) and, for the verbalizer, the
-answer graphs graph_train.npz / graph_test.npz (data_prep/answer_graphs.py).
+answer graphs graph_train.npz / graph_test.npz (data_prep/answer_graphs.py: built from GloVe, or the OVQA authors'
+imported with --authors-graph, which carry their own node features; config.graph.source says which).
 
 Training scores the [MASK] feature against V_train; evaluation swaps in V_test (and its graph). Both vocabularies
 (and graphs) are padded to one static budget so a single compiled step serves both. The closed heads (cvqa, cvqa_mlp)
