@@ -19,7 +19,7 @@ DEBERTA_V2_XLARGE = dict(
     norm_rel_ebd="layer_norm", share_att_key=True, pos_att_type=["p2c", "c2p"], position_biased_input=False,
     conv_kernel_size=3, conv_act="gelu", pad_token_id=0)
 # DeBERTa-v2-xxlarge (1.5B; microsoft/deberta-v2-xxlarge config.json): the xlarge layer, 48 of them.
-DEBERTA_V2_XXLARGE = dict(DEBERTA_V2_XLARGE, num_hidden_layers=48)
+DEBERTA_V2_XXLARGE = dict(DEBERTA_V2_XLARGE, num_hidden_layers=48, attention_head_size=64)
 
 
 def ovqa_config(dataset: str, arg, cvqa_topk: int) -> ml_collections.ConfigDict:
