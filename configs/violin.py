@@ -7,7 +7,8 @@
   python launch/sweep.py --config=configs/violin.py:demo --sweep=inputs --workdir=runs/violin_inputs   # Table 3
 Variants (comma-separated after ':'): demo (built-in synthetic world, generated on first use, + MiniLM-L6 text
 features cached once), c3d (C3D features, 4096-d), crossmodal (BERT-family LM over video tokens + text with a
-classification head), cached (precompute the frozen text features once), bf16, small (tests: tiny world, tiny encoder).
+classification head), cached (precompute the frozen text features once), bf16, small (tests: tiny world, tiny encoder),
+shapes_only (bert-base-uncased's architecture with random weights and no checkpoint files: compile checks).
 Inputs of the Table 3 ablation: --config.model.use_video / use_subtitles / single_frame (or the `inputs` sweep).
 Expected: the paper's Table 3 (test accuracy) for the BERT rows: statement only 54.20, statement + subtitles 66.05,
 statement + subtitles + video (ResNet) a little above that; single frame below the full video.

@@ -13,9 +13,14 @@ import ml_collections
 
 from configs import common
 
-VARIANTS = {"demo", "small", "c3d", "crossmodal", "cached", "bf16"}
+VARIANTS = {"demo", "small", "c3d", "crossmodal", "cached", "bf16", "shapes_only"}
 
 FEATURE_DIMS = {"resnet": 2048, "c3d": 4096}
+
+# bert-base-uncased (its config.json), for building without the checkpoint (`shapes_only`).
+BERT_BASE = dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                 intermediate_size=3072, hidden_act="gelu", max_position_embeddings=512, type_vocab_size=2,
+                 hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1, layer_norm_eps=1e-12, pad_token_id=0)
 
 # A tiny BERT (random, frozen) with the MiniLM tokenizer's vocabulary: tests need the plumbing, not the semantics.
 TINY_BERT = dict(vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
@@ -90,6 +95,12 @@ def violin_config(arg, config_file: str = "configs/violin.py") -> ml_collections
     c.data.max_frames = 32
     c.data.max_statement_tokens = 48  # 32 frames + statement + subtitles must fit BERT's 512 positions
     c.optim.lr = 5e-5
+  if "shapes_only" in variants:
+    # bert-base-uncased's architecture without its files, for compile checks (launch/aot_check.py): random weights,
+    # MiniLM's tokenizer (the same 30,522-piece uncased vocabulary).
+    c.pretrained.dir = ""
+    c.pretrained.tokenizer = "pkg:minilm"
+    c.pretrained.shape = ml_collections.ConfigDict(BERT_BASE)
   if "cached" in variants and c.model_name == "baseline":  # crossmodal: one joint encoder, nothing to cache
     c.model.text_features = "cached"
   if "bf16" in variants:

@@ -1,6 +1,6 @@
 """The built-in synthetic OVQA world: a deterministic, download-free miniature of MSRVTT-QA.
 
-    python -m data_prep.synthetic_ovqa --out DIR [--seed 0] [--small] [--graphs] [--num-train 5000] ...
+    python -m data_prep.synthetic_ovqa --out DIR [--seed 0] [--small | --msrvtt-scale] [--graphs] [--num-train 5000] ...
 
 writes the same raw files as the official release into DIR/raw (train.csv, val.csv, test.csv with columns
 question, answer, video_id, type, id; features.npz: video_id -> float16 [T_video, 768]; subtitles.json:
@@ -27,6 +27,11 @@ How the world makes the paper's claims testable in miniature:
   `num_frames` keeps at least one frame of every question's concept.
 - Subtitles (optional): a filler sentence for most clips, sometimes mentioning a GloVe neighbour of one of the
   clip's answers (a related word, never the answer itself).
+- MSRVTT scale (preset `msrvtt_scale`, `msrvtt_scale()`): MSRVTT-QA has 4,000 train answers and 1,632 test-only ones
+  (OVQA paper, Table 1). The curated words are too few for that, so `extra_glove_words` adds real words: the most
+  frequent alphabetic GloVe words (>= 3 letters, no stop words), each in the group (question type) of its nearest
+  curated word. `cover_all` gives every seen concept one train row and every held-out concept one test row before
+  the rest is sampled, so V_train and the test-only answers have exactly the preset's sizes.
 
 Everything derives from `seed` through numpy's PCG64 (the feature map from its own child seed, so the size
 knobs do not change it): the same seed gives byte-identical CSVs and identical feature arrays.
@@ -192,10 +197,56 @@ class WorldConfig:
   subtitle_prob: float = 0.7
   hint_prob: float = 0.3
   cvqa_topk: int = 100
+  extra_glove_words: int = 0       # frequent GloVe words added to the curated concepts (MSRVTT-scale vocabularies)
+  cover_all: bool = False          # every seen concept in train and every held-out concept in test at least once
 
 
 SMALL = dict(num_train=800, num_val=100, num_test=200, num_concepts=160, num_heldout=16, zipf_exponent=1.2,
              zipf_offset=0.5, cvqa_topk=20)
+
+
+# Function words: never answers of the MSRVTT-scale world (NLTK's English stop-word list, plus GloVe's frequent
+# reporting and modal words that no video shows).
+STOP_WORDS = frozenset("""
+    a about above after again against all am an and any are aren as at be because been before being below between
+    both but by can couldn did didn do does doesn doing don down during each few for from further had hadn has hasn
+    have haven having he her here hers herself him himself his how i if in into is isn it its itself just ll me
+    mightn more most mustn my myself needn no nor not now of off on once only or other our ours ourselves out over
+    own re same shan she should shouldn so some such than that the their theirs them themselves then there these
+    they this those through to too under until up ve very was wasn we were weren what when where which while who
+    whom why will with won wouldn you your yours yourself yourselves also would could said says say may might must
+    shall one ones another many much among within without upon since though although however whether yet via per
+    told according including mrs
+    """.split())
+
+
+def msrvtt_scale(train_answers: int = 4000, test_only_answers: int = 1600, rows_per_train_answer: int = 4,
+                 seed: int = 0) -> dict:
+  """WorldConfig knobs of an MSRVTT-QA-sized answer vocabulary: exactly `train_answers` answers in train (V_train)
+  and `test_only_answers` unseen ones in test, with a long tail (a few base answers, more common ones, mostly rare),
+  on a modest number of rows (`rows_per_train_answer` x train_answers train rows; test: one row per unseen answer
+  and as many rows of seen answers). MSRVTT-QA itself: 205 base, 937 common, 2,858 rare, 1,632 unseen answers over
+  159k train rows; at ~1/13 of its rows the head is necessarily smaller."""
+  concepts = train_answers + test_only_answers
+  return dict(
+      seed=seed, num_train=rows_per_train_answer * train_answers, num_val=0, num_test=2 * test_only_answers,
+      num_concepts=concepts, num_heldout=test_only_answers, unseen_fraction=0.5, cover_all=True,
+      extra_glove_words=max(0, concepts - len(concept_words())),
+      zipf_exponent=1.2, zipf_offset=5.0, min_video_frames=8, max_video_frames=12, cvqa_topk=4000)
+
+
+def frequent_glove_words(n: int, exclude: set[str]) -> list[str]:
+  """The `n` most frequent GloVe 6B words that are alphabetic ASCII, >= 3 letters, not stop words and not in
+  `exclude`, in frequency order (the file is sorted by frequency)."""
+  root = pretrained.glove_6b_50d_dir()
+  index = pd.read_parquet(os.path.join(root, "glove_6B_index.parquet"))["index"].astype(str)
+  out = []
+  for w in index:
+    if len(w) >= 3 and w.isascii() and w.isalpha() and w.islower() and w not in STOP_WORDS and w not in exclude:
+      out.append(w)
+      if len(out) == n:
+        return out
+  raise ValueError(f"GloVe 6B has only {len(out)} usable words, {n} requested (WorldConfig.extra_glove_words)")
 
 
 def concept_words() -> list[tuple[str, str]]:
@@ -207,6 +258,17 @@ def concept_words() -> list[tuple[str, str]]:
         seen.add(w)
         out.append((w, group))
   return out
+
+
+def glove_concepts(curated: Sequence[tuple[str, str]], n: int) -> list[tuple[str, str]]:
+  """(word, group) of `n` frequent GloVe words (`frequent_glove_words`), each in the group of its nearest curated
+  word by GloVe cosine, so its questions and question type fit it ("truck" gets the vehicle questions)."""
+  extra = frequent_glove_words(n, {w for w, _ in curated})
+  curated_vecs = load_glove([w for w, _ in curated], vocab_rows=(0, 0))[0]
+  extra_vecs = load_glove(extra, vocab_rows=(0, 0))[0]
+  unit = lambda x: x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-8)  # noqa: E731
+  nearest = np.argmax(unit(extra_vecs) @ unit(curated_vecs).T, axis=1)
+  return [(w, curated[j][1]) for w, j in zip(extra, nearest)]
 
 
 def load_glove(words: Sequence[str], vocab_rows: tuple[int, int] = (500, 50000)
@@ -231,20 +293,28 @@ def glove_neighbours(words: Sequence[str], vecs: np.ndarray, vocab: Sequence[str
   itself nor a plural/stem of it."""
   unit = vocab_vecs / np.maximum(np.linalg.norm(vocab_vecs, axis=1, keepdims=True), 1e-8)
   q = vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-8)
-  sims = q @ unit.T
-  top = np.argpartition(-sims, 200, axis=1)[:, :200]
   out = {}
-  for i, w in enumerate(words):
-    found = []
-    for j in top[i][np.argsort(-sims[i, top[i]], kind="stable")]:
-      cand = vocab[j]
-      if (cand.isalpha() and cand.isascii() and len(cand) >= 3 and cand not in exclude
-          and not cand.startswith(w) and not w.startswith(cand)):
-        found.append(cand)
-        if len(found) == k:
-          break
-    out[w] = found
+  # [block, vocab] similarities at a time: thousands of words x 50k would take GBs. The curated words (< 1024) are
+  # one block, as they always were, so the built-in worlds are unchanged.
+  block = 1024
+  for start in range(0, len(words), block):
+    sims = q[start:start + block] @ unit.T
+    top = np.argpartition(-sims, 200, axis=1)[:, :200]
+    for b, w in enumerate(words[start:start + block]):
+      out[w] = _first_neighbours(w, top[b][np.argsort(-sims[b, top[b]], kind="stable")], vocab, exclude, k)
   return out
+
+
+def _first_neighbours(w: str, ranked, vocab: Sequence[str], exclude: set[str], k: int) -> list[str]:
+  found = []
+  for j in ranked:
+    cand = vocab[j]
+    if (cand.isalpha() and cand.isascii() and len(cand) >= 3 and cand not in exclude
+        and not cand.startswith(w) and not w.startswith(cand)):
+      found.append(cand)
+      if len(found) == k:
+        break
+  return found
 
 
 def _zipf(n: int, exponent: float, offset: float) -> np.ndarray:
@@ -273,6 +343,8 @@ class _World:
     map_ss, world_ss = np.random.SeedSequence(cfg.seed).spawn(2)
     self.rng = np.random.default_rng(world_ss)
     all_words = concept_words()
+    if cfg.extra_glove_words:
+      all_words += glove_concepts(all_words, cfg.extra_glove_words)
     words = [w for w, _ in all_words]
     group_of = dict(all_words)
     all_vecs, vocab, vocab_vecs = load_glove(words)
@@ -295,6 +367,7 @@ class _World:
     self.group = {w: group_of[w] for w in ranking}
     self.qtype = {w: GROUP_TYPE[group_of[w]] for w in ranking}
     self.concepts = ranking
+    self.seen_pos = {w: i for i, w in enumerate(self.seen)}
 
     word_row = {w: i for i, w in enumerate(words)}
     vecs = all_vecs[[word_row[w] for w in ranking]]
@@ -314,9 +387,23 @@ class _World:
     return (x / np.linalg.norm(x)).astype(np.float32)
 
   def sample_answers(self, n: int, unseen_fraction: float) -> list[str]:
+    """`n` answers in random order: Zipf-distributed seen concepts and a fraction of uniform held-out ones. With
+    cover_all, train (unseen_fraction 0) first holds every seen concept once and an evaluation split every
+    held-out concept once (its unseen share grows to that when needed)."""
     num_unseen = int(round(unseen_fraction * n)) if self.heldout else 0
-    answers = [self.seen[i] for i in self.rng.choice(len(self.seen), n - num_unseen, p=self.p_seen)]
-    answers += [self.heldout[i] for i in self.rng.integers(0, len(self.heldout), num_unseen)]
+    cover_seen = self.cfg.cover_all and unseen_fraction == 0
+    cover_unseen = self.cfg.cover_all and num_unseen > 0
+    if cover_unseen:
+      num_unseen = max(num_unseen, len(self.heldout))
+    need = num_unseen + (len(self.seen) if cover_seen else 0)
+    if need > n:
+      raise ValueError(f"WorldConfig.cover_all: a split of {n} rows cannot hold {need} (every "
+                       f"{'seen' if cover_seen else 'held-out'} concept once); raise num_train / num_test")
+    fixed = (list(self.seen) if cover_seen else []) + (list(self.heldout) if cover_unseen else [])
+    num_seen_drawn = n - num_unseen - (len(self.seen) if cover_seen else 0)
+    answers = fixed + [self.seen[i] for i in self.rng.choice(len(self.seen), num_seen_drawn, p=self.p_seen)]
+    answers += [self.heldout[i] for i in self.rng.integers(0, len(self.heldout),
+                                                           num_unseen - (len(self.heldout) if cover_unseen else 0))]
     return [answers[i] for i in self.rng.permutation(n)]
 
   def group_into_videos(self, answers: list[str]) -> list[list[int]]:
@@ -345,8 +432,12 @@ class _World:
     parts = [cfg.concept_scale * self.direction[a] + self.type_dir[self.qtype[a]] for a in answers]
     extras = []
     if rng.random() < cfg.distractor_prob:
-      others = [w for w in self.seen if w not in answers]
-      d = others[int(rng.integers(len(others)))]
+      # The k-th seen concept that is not one of `answers` (without listing them all: thousands at MSRVTT scale).
+      taken = sorted(self.seen_pos[a] for a in set(answers) if a in self.seen_pos)
+      k = int(rng.integers(len(self.seen) - len(taken)))
+      for pos in taken:
+        k += pos <= k
+      d = self.seen[k]
       extras.append(cfg.distractor_scale * cfg.concept_scale * self.direction[d])
     if rng.random() < cfg.background_prob:
       extras.append(np.zeros(cfg.feature_dim, np.float32))
@@ -438,13 +529,13 @@ def build(out_dir: str, cfg: WorldConfig, verbose: bool = True) -> dict:
   return {"raw_dir": raw_dir, "records_dir": records_dir, "table1": table}
 
 
-PRESETS = {"default": {}, "small": SMALL}
+PRESETS = {"default": {}, "small": SMALL, "msrvtt_scale": msrvtt_scale()}
 
 
 def ensure_world(world_dir: str, preset: str = "default", graphs: bool = True, verbose: bool = True) -> str:
-  """Builds the world of `preset` ("default" or "small") in world_dir unless world_dir/records already holds one;
-  with `graphs`, also the answer graphs the verbalizer needs (data_prep.answer_graphs, its default k and hops).
-  Returns world_dir/records. Safe when several processes call it at once (a file lock serialises them)."""
+  """Builds the world of `preset` ("default", "small" or "msrvtt_scale") in world_dir unless world_dir/records
+  already holds one; with `graphs`, also the answer graphs the verbalizer needs (data_prep.answer_graphs, its
+  default k and hops). Returns world_dir/records. Safe when several processes call it at once (a file lock serialises them)."""
 
   if preset not in PRESETS:
     raise ValueError(f"unknown synthetic OVQA preset {preset!r} (choose from {sorted(PRESETS)})")
@@ -465,22 +556,28 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser = argparse.ArgumentParser(prog="python -m data_prep.synthetic_ovqa", description=__doc__.split("\n")[0])
   parser.add_argument("--out", required=True, help="output directory (gets raw/ and records/)")
   parser.add_argument("--small", action="store_true", help=f"tiny preset for tests: {SMALL}")
+  parser.add_argument("--msrvtt-scale", action="store_true",
+                      help="MSRVTT-QA-sized vocabulary: 4,000 train + 1,600 test-only answers (msrvtt_scale())")
   parser.add_argument("--no-subtitles", action="store_true")
+  parser.add_argument("--cover-all", action="store_true", help="every seen / held-out concept in train / test")
   parser.add_argument("--graphs", action="store_true",
                       help="also build the answer graphs (python -m data_prep.answer_graphs --data DIR/records)")
   defaults = WorldConfig()
   for field in dataclasses.fields(WorldConfig):
-    if field.name == "subtitles":
+    if field.type == "bool":  # the switches above
       continue
     parser.add_argument("--" + field.name.replace("_", "-"), type=type(getattr(defaults, field.name)), default=None,
                         help=f"default {getattr(defaults, field.name)} ({SMALL.get(field.name, '-')} with --small)")
   args = parser.parse_args(argv)
-  values = dict(SMALL) if args.small else {}
+  if args.small and args.msrvtt_scale:
+    parser.error("--small and --msrvtt-scale are two presets: give one")
+  values = dict(SMALL) if args.small else msrvtt_scale() if args.msrvtt_scale else {}
   for field in dataclasses.fields(WorldConfig):
     given = getattr(args, field.name, None)
-    if field.name != "subtitles" and given is not None:
+    if field.type != "bool" and given is not None:
       values[field.name] = given
   values["subtitles"] = not args.no_subtitles
+  values["cover_all"] = args.cover_all or values.get("cover_all", False)
   result = build(args.out, WorldConfig(**values))
   if args.graphs:
     from data_prep import answer_graphs  # pylint: disable=g-import-not-at-top

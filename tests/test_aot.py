@@ -50,3 +50,18 @@ def test_unknown_topology_names_the_fix():
   _libtpu_or_skip()
   with pytest.raises(RuntimeError, match=r"topology 'v5e:3x7'.*pip install -e \.\[tpu\]"):
     aot.topology_devices("v5e:3x7")
+
+
+def test_roofline_of_a_report_hand_computed():
+  """Fit and roofline of a compile report against a v5e chip (16 GiB, 819 GB/s; 197 TFLOP/s bf16 passed in)."""
+  report = {"device_kind": "TPU v5 lite", "peak_estimate_bytes": 17 * 2**30, "flops": 0.5 * 197e12,
+            "bytes_accessed": 1.0 * 819e9}
+  r = aot.roofline(report, 197e12)
+  assert (r["hbm_bytes"], r["fits"]) == (16 * 2**30, False)
+  # compute 0.5 s < memory 1.0 s: memory bound, and at best half the peak.
+  assert r["roofline_bound"] == "memory" and r["roofline_step_s"] == pytest.approx(1.0)
+  assert r["mfu_ceiling"] == pytest.approx(0.5)
+  r = aot.roofline(dict(report, peak_estimate_bytes=16 * 2**30, bytes_accessed=0.25 * 819e9), 197e12)
+  assert r["fits"] and r["roofline_bound"] == "compute" and r["mfu_ceiling"] == pytest.approx(1.0)
+  assert r["roofline_step_s"] == pytest.approx(0.5)
+  assert aot.roofline({"device_kind": "cpu", "flops": 1e9}, None) == {}  # unknown chip, no peak: nothing invented

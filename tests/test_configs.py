@@ -114,3 +114,33 @@ def test_evqa_paper_configs_enable_the_features_the_demo_needed(name):
   m = _load(os.path.join(REPO, "configs", f"{name}.py")).get_config().model
   assert m.frame_encoder == "clip" and m.evidence_readout and m.frame_descriptors and m.factorized_masks
   assert m.shape_window > 0 and m.shape_radius > 0
+
+
+def test_ovqa_xxlarge_variant_is_deberta_v2_xxlarge():
+  """`:xxlarge`: DeBERTa-v2-xxlarge (1.5B; hidden 1536, 48 layers, 24 heads, FFN 6144, vocab 128100, relative
+  attention as xlarge); with `shapes_only` its architecture needs no checkpoint (traced only, nothing compiled)."""
+  import flax.linen as nn
+  import jax
+  import jax.numpy as jnp
+  from configs import ovqa_msrvtt
+  from evqa_jax import pretrained
+  from evqa_jax.models import deberta_v2
+  from evqa_jax.train import partition
+  c = ovqa_msrvtt.get_config("xxlarge")
+  assert c.pretrained.dir == "~/models/deberta-v2-xxlarge" and c.pretrained.shape is None
+  assert not c.pretrained.init_from_required  # FrozenBiLM released no xxlarge checkpoint
+  c = ovqa_msrvtt.get_config("scale,xxlarge,shapes_only")
+  enc = pretrained.encoder_config(c.model.encoder, c.pretrained)
+  assert enc == deberta_v2.DebertaV2Config.xlarge(num_hidden_layers=48)  # xlarge's layer, twice as many
+  assert (enc.hidden_size, enc.num_hidden_layers, enc.num_attention_heads, enc.intermediate_size,
+          enc.vocab_size, enc.relative_attention, enc.position_buckets) == (1536, 48, 24, 6144, 128100, True, 256)
+  shapes = jax.eval_shape(lambda: deberta_v2.DebertaV2LM(enc).init(
+      jax.random.PRNGKey(0), jnp.zeros((1, 4), jnp.int32), jnp.ones((1, 4), jnp.int32)))
+  n = partition.count_params(nn.meta.unbox(shapes)["params"])
+  # Per layer: q, k, v, o (4 H^2 + 4 H), FFN (2 H F + F + H), 2 LayerNorms (4 H); word embeddings V H. The rest is
+  # under 5 H^2 + 2 x 512 H + V + 20 H: the conv layer (3 H^2), the MLM transform (H^2), the EMD's absolute and the
+  # 2 x 256 relative position embeddings, the MLM bias, LayerNorms. About 1.57B: the model card's "1.5B".
+  h, f, v = 1536, 6144, 128100
+  per_layer = 4 * h * h + 4 * h + 2 * h * f + f + h + 4 * h
+  assert 48 * per_layer + v * h < n < 48 * per_layer + v * h + 5 * h * h + 2 * 512 * h + v + 20 * h, n
+  assert 1.5e9 < n < 1.6e9, n

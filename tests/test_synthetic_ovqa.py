@@ -152,3 +152,57 @@ def test_ensure_world_builds_once_and_graphs(tmp_path, monkeypatch):
   assert records.load_metadata(records_dir)["splits"]["train"]["num_examples"] == 200
   with pytest.raises(ValueError, match="unknown synthetic OVQA preset 'huge'"):
     so.ensure_world(str(tmp_path), preset="huge")
+
+
+# A smaller MSRVTT-scale world: more concepts than the curated words, so GloVe words join. (At this size the head
+# stays under 101 train rows: no base answer; the full preset has 19, README.)
+TRAIN_ANSWERS, TEST_ONLY, ROWS = 560, 120, 3
+
+
+def test_msrvtt_scale_preset_vocabulary_categories_and_graphs(tmp_path, monkeypatch):
+  """The MSRVTT-scale preset (msrvtt_scale(); configs/ovqa_msrvtt.py:scale), at a smaller size: V_train and the
+  test-only answers have exactly the asked sizes, frequent GloVe words extend the curated ones, the train counts
+  give a long tail, the graphs are the k = 10, 2-hop ones, and the world is deterministic."""
+  from evqa_jax.graphs import answer_graph
+  from evqa_jax.metrics import ovqa as ovqa_metrics
+  knobs = so.msrvtt_scale(train_answers=TRAIN_ANSWERS, test_only_answers=TEST_ONLY, rows_per_train_answer=ROWS)
+  cfg = so.WorldConfig(**knobs)
+  curated = {w for w, _ in so.concept_words()}
+  assert cfg.extra_glove_words == TRAIN_ANSWERS + TEST_ONLY - len(curated) > 0
+  assert so.PRESETS["msrvtt_scale"] == so.msrvtt_scale(4000, 1600)
+  monkeypatch.setitem(so.PRESETS, "scale_test", knobs)
+  records_dir = so.ensure_world(str(tmp_path / "w"), preset="scale_test", verbose=False)
+
+  vocab = json.loads(open(os.path.join(records_dir, "vocab.json")).read())
+  train_answers, test_answers = vocab["vocab_train"], vocab["vocab_test"]
+  test_only = set(test_answers) - set(train_answers)
+  assert (len(train_answers), len(test_only)) == (TRAIN_ANSWERS, TEST_ONLY)
+  raw = tmp_path / "w" / "raw"
+  train = pd.read_csv(raw / "train.csv", dtype=str, keep_default_na=False)
+  test = pd.read_csv(raw / "test.csv", dtype=str, keep_default_na=False)
+  assert (len(train), len(test)) == (cfg.num_train, cfg.num_test) == (ROWS * TRAIN_ANSWERS, 2 * TEST_ONLY)
+  assert not (raw / "val.csv").exists()
+  # The extra concepts are the most frequent usable GloVe words, in the group of their nearest curated word.
+  info = json.loads((raw / "world.json").read_text())
+  extra = [c for c in info["concepts"] if c["word"] not in curated]
+  expected_extra = so.frequent_glove_words(cfg.extra_glove_words, curated)
+  assert sorted(c["word"] for c in extra) == sorted(expected_extra)
+  assert not {c["word"] for c in extra} & so.STOP_WORDS
+  groups = dict(so.glove_concepts(so.concept_words(), cfg.extra_glove_words))
+  assert all(c["group"] == groups[c["word"]] for c in extra)
+  # Categories by train count, as the converter wrote them: a long tail with every category present.
+  counts = train["answer"].value_counts()
+  cats = collections.Counter(ovqa_metrics.category_of_count(int(counts[a])) for a in train_answers)
+  assert cats == collections.Counter(vocab["categories"][a] for a in train_answers)
+  assert cats["rare"] > cats["common"] > 0 and sum(cats.values()) == TRAIN_ANSWERS, cats
+  assert {vocab["categories"][a] for a in test_only} == {"unseen"}
+  # Graphs: built with the recorded k = 10 and 2 hops (config.graph's), answers first, GloVe words around them.
+  for split, answers in (("train", train_answers), ("test", test_answers)):
+    graph = answer_graph.load_answer_graph(os.path.join(records_dir, f"graph_{split}.npz"))
+    assert (graph.info["k"], graph.info["hops"], graph.num_answers) == (10, 2, len(answers))
+    assert graph.node_words[:len(answers)] == answers and graph.num_nodes > 3 * len(answers)
+    answer_graph.check_build_params(graph, "g", records_dir, 10, 2, -1.0)
+  # Deterministic: the same knobs give the same files.
+  so.generate_raw(str(tmp_path / "again"), cfg)
+  for name in ("train.csv", "test.csv", "world.json"):
+    assert (tmp_path / "again" / name).read_bytes() == (raw / name).read_bytes(), name

@@ -77,6 +77,38 @@ def _analysis(compiled) -> dict:
   return out
 
 
+# Published per-chip HBM capacity (bytes) and bandwidth (bytes/s) by jax device_kind (Cloud TPU system architecture
+# pages). Peak FLOP/s come from benchmarks/gpu_mfu.py's PEAK_FLOPS, which the compile table passes in.
+CHIP_HBM = {
+    "TPU v5 lite": (16 * 2**30, 819e9),   # v5e
+    "TPU v6 lite": (32 * 2**30, 1640e9),  # v6e (Trillium)
+    "TPU v5": (95 * 2**30, 2765e9),       # v5p
+    "TPU v4": (32 * 2**30, 1200e9),
+}
+
+
+def roofline(report: dict, peak_flops: float | None) -> dict:
+  """Fit and roofline figures of a compile report (per device): HBM of the chip, `fits` (peak estimate <= HBM),
+  roofline step time max(FLOPs / peak, bytes accessed / HBM bandwidth) and the MFU ceiling it implies (compute time
+  / roofline time: the most a step can reach even with perfect overlap). Unknown chips give only what is known."""
+  out = {}
+  hbm = CHIP_HBM.get(report.get("device_kind", ""))
+  if hbm:
+    out["hbm_bytes"], out["hbm_bytes_per_s"] = hbm
+    if "peak_estimate_bytes" in report:
+      out["fits"] = report["peak_estimate_bytes"] <= hbm[0]
+  if peak_flops:
+    out["peak_flops_per_s"] = peak_flops
+  flops, moved = report.get("flops"), report.get("bytes_accessed")
+  if peak_flops and flops:
+    compute_s = flops / peak_flops
+    memory_s = moved / hbm[1] if hbm and moved else 0.0
+    out["roofline_step_s"] = max(compute_s, memory_s)
+    out["roofline_bound"] = "compute" if compute_s >= memory_s else "memory"
+    out["mfu_ceiling"] = compute_s / out["roofline_step_s"]
+  return out
+
+
 def lower_train_step(config, mesh_shape=None, devices=None, topology: str | None = None):
   """-> (jax `Lowered` train step of `config` on `mesh_shape`, JSON-able description). Traced under the mesh and the
   logical rules exactly as the trainer traces it, so `lowered.as_text()` shows the activation sharding constraints."""

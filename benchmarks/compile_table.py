@@ -1,0 +1,110 @@
+"""The compile table: AOT compiles of train steps for accelerator topologies, one JSON line per row.
+
+    python benchmarks/compile_table.py --out docs/benchmarks/compile_table.jsonl -- \\
+        "--config=configs/ovqa_msrvtt.py:scale,shapes_only,bf16 --config.model.remat=full \\
+         --mesh=4x1 --topology=v5e:2x2" \\
+        "--config=configs/violin.py:small --mesh=2x2 --topology=v5e:2x2"
+    python benchmarks/compile_table.py --markdown docs/benchmarks/compile_table.jsonl   # the README table
+
+Each row is the arguments of one `launch/aot_check.py` run (config, `--config.` overrides, mesh, topology), run in
+its own process, one at a time: the trainer's own train step, lowered and compiled with no data batches and no
+weights (evqa_jax/train/aot.py; a TPU topology needs libtpu, not a TPU). To the check's report (per device: argument
+/ output / temp / alias bytes, the peak estimate, XLA's FLOPs and bytes accessed, compile seconds) the row adds the
+chip's HBM and whether the peak fits in it, and the roofline: step time max(FLOPs / peak FLOP/s, bytes / HBM
+bandwidth) with the chip's published peak (benchmarks/gpu_mfu.py PEAK_FLOPS; HBM: aot.CHIP_HBM), and the MFU
+ceiling it implies (XLA's FLOPs, backward and optimizer included, so it bounds MFU from above). A row that fails
+to compile is kept, with its error: a failure is a finding. Rows are appended to --out as they finish (so a long
+table survives an interruption), each with its exact command.
+"""
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import gpu_mfu  # noqa: E402  pylint: disable=wrong-import-position
+
+GIB = 2**30
+
+
+def run_row(args_text: str, timeout: float) -> dict:
+  """Runs launch/aot_check.py with `args_text`; -> its report plus the roofline, or the error it stopped with."""
+  argv = shlex.split(args_text)
+  command = "python launch/aot_check.py " + args_text
+  t0 = time.time()
+  try:
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "launch", "aot_check.py")] + argv, cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu")))
+  except subprocess.TimeoutExpired:
+    return {"command": command, "error": f"timed out after {timeout:.0f} s"}
+  row = {"command": command, "wall_s": round(time.time() - t0, 1)}
+  lines = [l for l in proc.stdout.splitlines() if l.startswith("{")]
+  if proc.returncode != 0 or not lines:
+    err = [l for l in proc.stderr.strip().splitlines() if l.strip()]
+    row["error"] = err[-1] if err else f"exit status {proc.returncode}"
+    return row
+  from evqa_jax.train import aot
+  report = json.loads(lines[-1])
+  row.update(report)
+  row.update(aot.roofline(report, gpu_mfu.peak_flops(report.get("device_kind", ""))))
+  return row
+
+
+def markdown(rows) -> str:
+  """The README table of `rows` (per device; GiB = 2^30 bytes)."""
+  head = ("| command | device | mesh (data x model) | arguments GiB | temp GiB | peak GiB / HBM | fits | "
+          "FLOPs/step/device | compile s | roofline step s | MFU ceiling |")
+  out = [head, "|" + "---|" * (head.count("|") - 1)]
+  for r in rows:
+    cmd = f"`{r['command']}`"
+    if "error" in r:
+      out.append(f"| {cmd} | | | | | | error: {r['error']} | | | | |")
+      continue
+    g = lambda key: f"{r[key] / GIB:.2f}" if key in r else ""  # noqa: E731
+    hbm = f" / {r['hbm_bytes'] / GIB:.0f}" if "hbm_bytes" in r else ""
+    mesh = " x ".join(str(v) for v in r["mesh"].values())
+    fits = {True: "yes", False: "**no**"}.get(r.get("fits"), "")
+    flops = f"{r['flops']:.3g}" if r.get("flops") else ""
+    roof = f"{r['roofline_step_s']:.3g} ({r['roofline_bound']})" if "roofline_step_s" in r else ""
+    mfu = f"{r['mfu_ceiling']:.2f}" if "mfu_ceiling" in r else ""
+    out.append(f"| {cmd} | {r['device_kind']} x {r['devices']} | {mesh} | {g('argument_size_in_bytes')} | "
+               f"{g('temp_size_in_bytes')} | {g('peak_estimate_bytes')}{hbm} | {fits} | {flops} | "
+               f"{r['compile_seconds']} | {roof} | {mfu} |")
+  return "\n".join(out)
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("rows", nargs="*", help="one quoted launch/aot_check.py argument string per row")
+  parser.add_argument("--out", help="append each row's JSON line to this file")
+  parser.add_argument("--timeout", type=float, default=3600, help="seconds per row")
+  parser.add_argument("--markdown", metavar="JSONL", help="print the Markdown table of a JSONL file and exit")
+  args = parser.parse_args()
+  if args.markdown:
+    with open(args.markdown) as f:
+      print(markdown([json.loads(l) for l in f if l.strip()]))
+    return
+  if not args.rows:
+    parser.error("give at least one row (a quoted launch/aot_check.py argument string)")
+  for text in args.rows:
+    row = run_row(text, args.timeout)
+    line = json.dumps(row, sort_keys=True)
+    print(line, flush=True)
+    if args.out:
+      os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+      with open(args.out, "a") as f:  # appended line by line: finished rows survive an interrupted table
+        f.write(line + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+if __name__ == "__main__":
+  main()
