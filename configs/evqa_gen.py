@@ -3,9 +3,9 @@
   python launch/train.py --config=configs/evqa_gen.py:demo --workdir=runs/evqa_gen_demo
 
 Variants (comma separated): demo (synthetic world, conv frame encoder, MiniLM-L6; 200 steps, about 10 minutes on
-2 CPU cores), small (tests), bf16, no_readout (answer head without the evidence readout), shapes_only (CLIP
-ViT-B/16's architecture with random weights, no checkpoint files: compile checks). Predictions land in
-<workdir>/eval/test_step<N>/{predictions.json, pred_masks/, metrics.json}.
+2 CPU cores), small (tests), tiny (small with the smallest model), bf16, no_readout (answer head without the
+evidence readout), shapes_only (CLIP ViT-B/16's architecture with random weights, no checkpoint files: compile
+checks). Predictions land in <workdir>/eval/test_step<N>/{predictions.json, pred_masks/, metrics.json}.
 What the demo reaches against the trivial predictions of benchmarks/evqa_trivial_baselines.py: README, E-VQA table.
 """
 

@@ -126,7 +126,7 @@ def ovqa_config(dataset: str, arg, cvqa_topk: int) -> ml_collections.ConfigDict:
   if "tiny" in variants:
     # The small world with a random 2-layer, 32-wide BERT (MiniLM's tokenizer, no weights): the README's AOT example
     #   python launch/aot_check.py --config=configs/ovqa_msrvtt.py:tiny --mesh=4x2 --fake_cpu_devices=8
-    # and the cheap runs of the hostile-input tests.
+    # and the cheap runs of the hostile-input and mesh-equivalence tests.
     c.pretrained.dir = ""
     c.pretrained.tokenizer = "pkg:minilm"
     c.pretrained.shape = ml_collections.ConfigDict(dict(

@@ -66,12 +66,14 @@ def test_ovqa_vs_torch_runs_end_to_end(tmp_path):
   out = tmp_path / "bench.json"
   env = dict(os.environ, XLA_FLAGS="", PYTHONPATH=REPO)  # one CPU device, as the benchmark runs
   cmd = [sys.executable, os.path.join(REPO, "benchmarks", "ovqa_vs_torch.py"), "--quick", "--batch", "2",
-         "--text-len", "12", "--frames", "2", "--answers", "64", "--deberta-layers", "2", "--out", str(out)]
+         "--text-len", "12", "--frames", "2", "--answers", "64", "--minilm-layers", "1", "--deberta-layers", "1",
+         "--out", str(out)]
   proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800, check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
   result = json.loads(out.read_text())
   assert result == json.loads(proc.stdout.strip().splitlines()[-1])
   assert result["setting"]["quick"] and result["setting"]["blocks"] == 1
+  assert (result["setting"]["minilm_layers"], result["setting"]["deberta_layers"]) == (1, 1)
   sides = {"minilm": ("jax", "torch", "flax"), "deberta": ("jax", "torch")}
   for model, fws in sides.items():
     r = result["models"][model]

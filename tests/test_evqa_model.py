@@ -324,9 +324,10 @@ def _tiny_batch(b=4, seed=0):
 def test_model_shapes_and_losses_decrease():
   model = _tiny_model()
   batch = _tiny_batch()
-  # Everything under jit: run eagerly, each of the model's hundreds of ops would be compiled on its own.
+  # Two compiles (init and the train step): run eagerly, each of the model's hundreds of ops would be compiled on its
+  # own, and every further jitted function (apply, the loss alone) is another compile of the whole model.
   params = nn.meta.unbox(jax.jit(model.init)(jax.random.key(0), batch))["params"]
-  out = jax.jit(model.apply)({"params": params}, batch)
+  out = jax.eval_shape(model.apply, {"params": params}, batch)
   assert out["answer_logits"].shape == (4, 5) and out["frame_logits"].shape == (4, 4)
   assert out["grid_logits"].shape == (4, 4, 8, 8) and out["mask_logits"].shape == (4, 4, 16, 16)
 
@@ -346,10 +347,12 @@ def test_model_shapes_and_losses_decrease():
     u, s = tx.update(g, s, p)
     return optax.apply_updates(p, u), s, l, parts
 
-  _, first = jax.jit(loss_fn)(params)
-  for _ in range(30):
-    params, opt, _, parts = step(params, opt)
-  _, last = jax.jit(loss_fn)(params)
+  # A step's loss parts are those of the parameters it starts from: step 1's are the initial ones, step 31's those
+  # after 30 updates.
+  params, opt, _, first = step(params, opt)
+  for _ in range(29):
+    params, opt, _, _ = step(params, opt)
+  _, _, _, last = step(params, opt)
   for a, b in zip(first, last):
     assert float(b) < 0.7 * float(a), (first, last)
 

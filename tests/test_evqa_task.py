@@ -25,8 +25,8 @@ def world(tmp_path_factory):
   return str(root / "records")
 
 
-def _config(records_dir, modes=("gen",)):
-  c = evqa_gen.get_config("small")
+def _config(records_dir, modes=("gen",), variant="small"):
+  c = evqa_gen.get_config(variant)
   c.data.dir = records_dir
   c.eval.modes = modes
   return c
@@ -220,8 +220,7 @@ ONE_DEVICE_CONFIG = """
 from configs import evqa_gen
 
 def get_config(arg=None):
-  c = evqa_gen.get_config("small")
-  c.model.num_layers = 1
+  c = evqa_gen.get_config("tiny")
   c.total_steps = 2
   c.checkpoint_every_steps = 2
   c.data.eval_splits = ()  # the 1-device reference only needs the loss curve
@@ -236,8 +235,7 @@ def test_train_and_evaluate_on_a_4x2_mesh_equals_one_device(world, tmp_path):
   cfg = tmp_path / "evqa_one_device.py"
   cfg.write_text(ONE_DEVICE_CONFIG)
   one = device_parity.start_one_device_run(str(cfg), str(tmp_path / "one"), f"--config.data.dir={world}")
-  c = _config(world)
-  c.model.num_layers = 1
+  c = _config(world, variant="tiny")  # one encoder layer, a 16 x 16 patch grid
   c.total_steps = 2
   c.eval_every_steps = 2
   c.checkpoint_every_steps = 2

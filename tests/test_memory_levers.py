@@ -29,11 +29,11 @@ from evqa_jax.train import partition, sharding, steps  # noqa: E402
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 B, L = 4, 24
-TINY_DEBERTA = dict(vocab_size=61, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=48,
+TINY_DEBERTA = dict(vocab_size=61, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
                     max_position_embeddings=40, relative_attention=True, position_buckets=8,
                     pos_att_type=["p2c", "c2p"], share_att_key=True, position_biased_input=False,
                     norm_rel_ebd="layer_norm", conv_kernel_size=3, conv_act="gelu")
-TINY_BERT = dict(vocab_size=61, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=48,
+TINY_BERT = dict(vocab_size=61, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
                  max_position_embeddings=40)
 # A jax.checkpoint region in a printed jaxpr (the primitive prints as remat2 in jax 0.10, checkpoint elsewhere).
 _REMAT_EQN = re.compile(r"\b(?:remat\w*|checkpoint)\[")
@@ -48,12 +48,19 @@ def _inputs():
   return ids, mask, jnp.asarray(r.normal(size=(B, L, 32)), jnp.float32)
 
 
-def _loss_and_grads(name, remat):
+def _init_params(name):
+  """The encoder's parameters (remat does not change them), initialised under jit: eagerly, every op of the init
+  would be compiled on its own."""
+  cls, cfg_cls, shape = ENCODERS[name]
+  ids, mask, _ = _inputs()
+  return nn.meta.unbox(jax.jit(cls(cfg_cls.from_dict(shape)).init)(jax.random.key(0), ids, mask)["params"])
+
+
+def _loss_and_grads(name, remat, params):
   """value_and_grad of a fixed projection of the last hidden states (dropout on: remat must replay its RNG)."""
   cls, cfg_cls, shape = ENCODERS[name]
   model = cls(cfg_cls.from_dict(shape, remat=remat))
   ids, mask, target = _inputs()
-  params = nn.meta.unbox(cls(cfg_cls.from_dict(shape)).init(jax.random.key(0), ids, mask)["params"])
 
   def loss(p):
     hidden = model.apply({"params": p}, ids, mask, deterministic=False,
@@ -67,12 +74,13 @@ def _loss_and_grads(name, remat):
 
 @pytest.mark.parametrize("name", sorted(ENCODERS))
 def test_remat_gives_the_same_loss_and_gradients(name):
-  ref_value, ref_grads, ref_jaxpr = _loss_and_grads(name, "none")
+  params = _init_params(name)
+  ref_value, ref_grads, ref_jaxpr = _loss_and_grads(name, "none", params)
   assert not _REMAT_EQN.search(str(ref_jaxpr))
   ref_flat = traverse_util.flatten_dict(ref_grads)
   scale = max(float(np.abs(g).max()) for g in ref_flat.values())
   for remat in ("full", "dots_saveable"):
-    value, grads, jaxpr = _loss_and_grads(name, remat)
+    value, grads, jaxpr = _loss_and_grads(name, remat, params)
     assert len(_REMAT_EQN.findall(str(jaxpr))) == ENCODERS[name][2]["num_hidden_layers"]  # one region per layer
     np.testing.assert_allclose(float(value), float(ref_value), rtol=1e-6)
     flat = traverse_util.flatten_dict(grads)
