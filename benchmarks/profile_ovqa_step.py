@@ -299,6 +299,7 @@ def main(argv=None) -> dict:
   p.add_argument("--answers", type=int, default=500)
   p.add_argument("--dropout", type=float, default=0.1)
   p.add_argument("--deberta-layers", type=int, default=ovqa_vs_torch.DEBERTA_XSMALL["num_hidden_layers"])
+  p.add_argument("--minilm-layers", type=int, default=6, help="MiniLM depth (the demo model: 6)")
   p.add_argument("--steps", type=int, default=5, help="traced steady steps per step function")
   p.add_argument("--hlo-dir", default="", help="write each step's optimized HLO text and per-op time here")
   p.add_argument("--out", default="")
