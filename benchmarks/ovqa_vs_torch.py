@@ -672,8 +672,8 @@ def run_model(model: str, args, workdir: str, monitor) -> dict:
   return out
 
 
-def main(argv=None) -> dict:
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_model_arguments(p) -> None:
+  """The model and batch shape flags that `run_model`'s builders read (also benchmarks/profile_ovqa_step.py's)."""
   p.add_argument("--models", default="minilm,deberta")
   p.add_argument("--batch", type=int, default=32)
   p.add_argument("--text-len", type=int, default=64)
@@ -684,6 +684,11 @@ def main(argv=None) -> dict:
   p.add_argument("--minilm-layers", type=int, default=6, help="MiniLM depth (6; fewer only for a fast smoke test)")
   p.add_argument("--deberta-layers", type=int, default=DEBERTA_XSMALL["num_hidden_layers"],
                  help="DeBERTa depth (xsmall: 12; fewer only for a fast smoke test)")
+
+
+def main(argv=None) -> dict:
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  add_model_arguments(p)
   p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
   p.add_argument("--warmup", type=int, default=2)
   p.add_argument("--steps", type=int, default=5, help="steps per timed block")

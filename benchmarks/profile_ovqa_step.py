@@ -291,15 +291,7 @@ def print_table(model, mode, r) -> None:
 
 def main(argv=None) -> dict:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--models", default="minilm,deberta")
-  p.add_argument("--batch", type=int, default=32)
-  p.add_argument("--text-len", type=int, default=64)
-  p.add_argument("--frames", type=int, default=10)
-  p.add_argument("--visual-dim", type=int, default=768)
-  p.add_argument("--answers", type=int, default=500)
-  p.add_argument("--dropout", type=float, default=0.1)
-  p.add_argument("--deberta-layers", type=int, default=ovqa_vs_torch.DEBERTA_XSMALL["num_hidden_layers"])
-  p.add_argument("--minilm-layers", type=int, default=6, help="MiniLM depth (the demo model: 6)")
+  ovqa_vs_torch.add_model_arguments(p)  # the shared builders read these
   p.add_argument("--steps", type=int, default=5, help="traced steady steps per step function")
   p.add_argument("--hlo-dir", default="", help="write each step's optimized HLO text and per-op time here")
   p.add_argument("--out", default="")
