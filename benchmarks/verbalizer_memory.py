@@ -31,8 +31,6 @@ def main():
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--config", default="configs/ovqa_msrvtt.py:scale,shapes_only,bf16",
                       help="an OVQA config with a GNN verbalizer, configs/x.py[:variants]")
-  parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                      help="config override, e.g. --set verbalizer.edge_chunk=4096 (repeatable)")
   parser.add_argument("--mesh", default="4x1", help="data x model mesh")
   parser.add_argument("--topology", default="v5e:2x2", help="TPU topology to compile for (needs libtpu)")
   parser.add_argument("--dump", default=None, help="write XLA's optimized HLO and buffer assignment to this folder")
@@ -45,13 +43,6 @@ def main():
   from data_prep import worlds
   from evqa_jax.train import aot, overrides
   config = overrides.load_config(args.config)
-  for item in args.set:
-    key, _, value = item.partition("=")
-    node = config
-    *parents, leaf = key.split(".")
-    for p in parents:
-      node = node[p]
-    node[leaf] = type(node[leaf])(value) if node[leaf] is not None else value
   worlds.ensure_synthetic_world(config)
   mesh = tuple(int(x) for x in args.mesh.lower().split("x"))
   options = None
@@ -60,7 +51,7 @@ def main():
   monitor = machine.monitor_from_args(args)
   with monitor.block("lower+compile"):
     report = aot.compile_verbalizer_step(config, mesh_shape=mesh, topology=args.topology, compiler_options=options)
-  report.update({"config": args.config, "overrides": args.set, "topology": args.topology})
+  report.update({"config": args.config, "topology": args.topology})
   report.update({k.replace("_in_bytes", "_gib").replace("_bytes", "_gib"): round(report[k] / GIB, 3)
                  for k in ("argument_size_in_bytes", "temp_size_in_bytes", "peak_estimate_bytes") if k in report})
   report.update(monitor.report())
