@@ -52,8 +52,9 @@ def backward_in_order(feature, nodes):
 
   Without it XLA's TPU scheduler runs the verbalizer's backward edge loops in the middle of the LM's backward and
   defers each LM layer's relative-position gradient past them, keeping two `[L, 2k, batch, heads]` scatters per
-  layer alive: +14 GiB per v5e device for DeBERTa-v2-xlarge at MSRVTT scale (README, compile table). The node
-  gradient itself is discarded (the table is frozen); computing it is one more edge loop."""
+  layer alive: about +14 GiB per v5e device for DeBERTa-v2-xlarge at MSRVTT scale (README, compile table). The node
+  gradient itself is discarded (the table is frozen); the edge loops' backward computes it anyway, so it costs only
+  a `[nodes, D] x [D, D]` product per layer."""
   return feature, nodes
 
 
