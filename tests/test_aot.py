@@ -65,3 +65,36 @@ def test_roofline_of_a_report_hand_computed():
   assert r["fits"] and r["roofline_bound"] == "compute" and r["mfu_ceiling"] == pytest.approx(1.0)
   assert r["roofline_step_s"] == pytest.approx(0.5)
   assert aot.roofline({"device_kind": "cpu", "flops": 1e9}, None) == {}  # unknown chip, no peak: nothing invented
+
+
+def test_verbalizer_path_memory_on_v5e_is_its_design_bound():
+  """The OVQA answer path alone (node means from a frozen float32 word table, 2 bf16 GAT layers, gradient for their
+  weights) on one v5e chip at 8k nodes, 32k edges, D = 512 needs temporaries within its design, a few [nodes, D]
+  float32 arrays plus a few [chunk, D] edge-loop buffers. A single gather of all sub-words (the old answer encoder)
+  made an [nodes, 5 -> 8 sublanes, D] float32 array and its flat copy: 132 MiB here, 14 GiB at MSRVTT scale."""
+  _libtpu_or_skip()
+  import jax.numpy as jnp
+  import jraph
+  from evqa_jax.models.verbalizer import Verbalizer
+  from evqa_jax.projects.ovqa.model import mean_subword_embeddings
+  nodes, edges, dim, vocab, answers, subwords, chunk = 8192, 32768, 512, 8192, 1024, 5, 4096
+  device = jax.sharding.SingleDeviceSharding(aot.topology_devices("v5e:2x2")[0])
+  model = Verbalizer("gat", num_layers=2, eps=0.7, edge_chunk=chunk, dtype=jnp.bfloat16)
+
+  def loss(params, table, tokens, mask, senders, receivers, feature):
+    h = mean_subword_embeddings(table, tokens, mask)
+    graph = jraph.GraphsTuple(nodes=h, edges=None, globals=None, senders=senders, receivers=receivers,
+                              n_node=None, n_edge=None)
+    out = model.apply({"params": params}, graph, answers).astype(jnp.float32)
+    return jnp.sum(jax.nn.log_softmax(feature @ out.T))
+
+  spec = lambda shape, dtype: jax.ShapeDtypeStruct(shape, dtype, sharding=device)  # noqa: E731
+  params = {f"gat_{i}": {"w_dst": spec((dim, dim), jnp.float32), "w_src": spec((dim, dim), jnp.float32)}
+            for i in range(2)}
+  args = (params, spec((vocab, dim), jnp.float32), spec((nodes, subwords), jnp.int32),
+          spec((nodes, subwords), jnp.bool_), spec((edges,), jnp.int32), spec((edges,), jnp.int32),
+          spec((8, dim), jnp.float32))
+  temp = jax.jit(jax.grad(loss)).lower(*args).compile().memory_analysis().temp_size_in_bytes
+  node_f32, chunk_bf16 = nodes * dim * 4, chunk * dim * 2
+  bound = 3 * node_f32 + 4 * chunk_bf16 + 16 * edges  # 64.5 MiB
+  assert 0 < temp <= bound, (temp / 2**20, bound / 2**20)

@@ -39,6 +39,8 @@ _VARIANTS = {
     "e": "gat", "gat": "gat",
 }
 
+LEARNED_VARIANTS = ("soft", "gat")  # the variants with parameters
+
 
 def canonical_variant(name: str) -> str:
   """Maps a Table 5 letter (A-E) or a variant name to its canonical name."""

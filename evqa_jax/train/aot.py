@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import time
 
+from flax import traverse_util
 import jax
 import numpy as np
 
@@ -109,9 +110,8 @@ def roofline(report: dict, peak_flops: float | None) -> dict:
   return out
 
 
-def lower_train_step(config, mesh_shape=None, devices=None, topology: str | None = None):
-  """-> (jax `Lowered` train step of `config` on `mesh_shape`, JSON-able description). Traced under the mesh and the
-  logical rules exactly as the trainer traces it, so `lowered.as_text()` shows the activation sharding constraints."""
+def _setup(config, mesh_shape=None, devices=None, topology: str | None = None):
+  """The mesh, task, abstract train state and aux inputs (ShapeDtypeStructs with the trainer's shardings)."""
   if topology:
     devices = topology_devices(topology)
   devices = list(jax.devices() if devices is None else devices)
@@ -121,17 +121,15 @@ def lower_train_step(config, mesh_shape=None, devices=None, topology: str | None
   task = tasks_lib.build_task(config)
   tx, _ = partition.make_optimizer(config.optim, total_steps=1000)
   state = steps_lib.abstract_train_state(task, config, mesh, tx)
-  state_shardings = jax.tree.map(lambda x: x.sharding, state)
-  batch_shard = sharding.batch_sharding(mesh, rules)
-  batch = _batch_struct(task, config, batch_shard)
   aux_np = task.aux_inputs(config.data.train_split)
   aux_shardings = steps_lib.aux_shardings_for(task, mesh, rules, aux_np)
   aux = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(np.shape(x), np.asarray(x).dtype, sharding=s),
                      aux_np, aux_shardings)
-  steps = steps_lib.StepFns(task, tx, mesh, rules, state_shardings, batch_shard, aux_shardings)
-  with steps.context():
-    lowered = steps.train_step.lower(state, batch, aux)
-  report = {
+  return devices, mesh, rules, task, tx, state, aux, aux_shardings
+
+
+def _describe(config, task, mesh, devices, state) -> dict:
+  return {
       "task": config.task,
       "describe": task.describe(),
       "mesh": {k: int(v) for k, v in mesh.shape.items()},
@@ -141,8 +139,64 @@ def lower_train_step(config, mesh_shape=None, devices=None, topology: str | None
       "global_batch_size": int(config.batch_size),
       "trainable_params": partition.count_params(state["trainable"]),
       "frozen_params": partition.count_params(state["frozen"]),
-      "batch": {k: [list(v.shape), str(v.dtype)] for k, v in batch.items()},
   }
+
+
+def lower_train_step(config, mesh_shape=None, devices=None, topology: str | None = None):
+  """-> (jax `Lowered` train step of `config` on `mesh_shape`, JSON-able description). Traced under the mesh and the
+  logical rules exactly as the trainer traces it, so `lowered.as_text()` shows the activation sharding constraints."""
+  devices, mesh, rules, task, tx, state, aux, aux_shardings = _setup(config, mesh_shape, devices, topology)
+  state_shardings = jax.tree.map(lambda x: x.sharding, state)
+  batch_shard = sharding.batch_sharding(mesh, rules)
+  batch = _batch_struct(task, config, batch_shard)
+  steps = steps_lib.StepFns(task, tx, mesh, rules, state_shardings, batch_shard, aux_shardings)
+  with steps.context():
+    lowered = steps.train_step.lower(state, batch, aux)
+  report = _describe(config, task, mesh, devices, state)
+  report["batch"] = {k: [list(v.shape), str(v.dtype)] for k, v in batch.items()}
+  return lowered, report
+
+
+def lower_verbalizer_step(config, mesh_shape=None, devices=None, topology: str | None = None):
+  """-> (`Lowered` gradient of an OVQA config's answer scoring alone, JSON-able description).
+
+  Only the answer path of the train step: the answer and node embeddings from the frozen word-embedding table, the
+  GNN verbalizer, the scores of `config.batch_size` [MASK] features (stand-ins for the LM's, batch-sharded) against
+  them, their cross-entropy, and its gradient for the verbalizer's parameters; shapes, dtypes, shardings and the
+  logical rules are the trainer's. It compiles in seconds where the whole step takes many minutes, so the
+  verbalizer's memory can be studied (benchmarks/verbalizer_memory.py).
+  """
+  import jax.numpy as jnp
+  import optax
+
+  if config.task != "ovqa":
+    raise ValueError(f"config.task = {config.task!r}: the verbalizer step is OVQA's")
+  devices, mesh, rules, task, _, state, aux, _ = _setup(config, mesh_shape, devices, topology)
+  if "verbalizer" not in state["trainable"]:
+    raise ValueError("the config has no GNN verbalizer (config.verbalizer.variant 'A' or a closed head)")
+  model = task.model
+  lm = model.encoder_config
+  # Of the frozen parameters only the word-embedding table is read (the answer encoder): pass just that.
+  flat = traverse_util.flatten_dict(state["frozen"])
+  frozen = traverse_util.unflatten_dict({k: v for k, v in flat.items() if "word_embeddings" in k})
+  if not frozen:
+    raise ValueError(f"no frozen 'word_embeddings' parameter in the {config.model.encoder} LM")
+  batch_shard = sharding.batch_sharding(mesh, rules)
+  feature = jax.ShapeDtypeStruct((config.batch_size, lm.hidden_size), lm.dtype, sharding=batch_shard)
+  labels = jax.ShapeDtypeStruct((config.batch_size,), jnp.int32, sharding=batch_shard)
+
+  def loss_fn(verbalizer, frozen, aux, feature, labels):
+    params = dict(frozen, verbalizer=verbalizer)
+    logits = model.apply({"params": params}, feature, aux, method=model.score)
+    return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, labels))
+
+  step = jax.jit(jax.value_and_grad(loss_fn))
+  with steps_lib.mesh_context(mesh, rules):
+    lowered = step.lower(state["trainable"]["verbalizer"], frozen, aux, feature, labels)
+  report = _describe(config, task, mesh, devices, state)
+  report["verbalizer"] = dict(config.verbalizer)
+  report["verbalizer_call"] = {k: int(v) for k, v in (model.verbalizer_call or {}).items()}
+  report["aux"] = {k: [list(v.shape), str(v.dtype)] for k, v in aux.items()}
   return lowered, report
 
 
@@ -151,9 +205,19 @@ def compile_train_step(config, mesh_shape=None, devices=None, topology: str | No
 
   Memory figures are per device (XLA compiles one SPMD program); FLOPs are per device as XLA counts them.
   """
-  lowered, report = lower_train_step(config, mesh_shape, devices, topology)
+  return _compile(*lower_train_step(config, mesh_shape, devices, topology))
+
+
+def compile_verbalizer_step(config, mesh_shape=None, devices=None, topology: str | None = None,
+                            compiler_options=None) -> dict:
+  """`lower_verbalizer_step`, compiled (with XLA `compiler_options` such as {"xla_dump_to": DIR}); its report has the
+  memory and FLOPs figures of `compile_train_step`."""
+  return _compile(*lower_verbalizer_step(config, mesh_shape, devices, topology), compiler_options)
+
+
+def _compile(lowered, report, compiler_options=None) -> dict:
   t0 = time.time()
-  compiled = lowered.compile()
+  compiled = lowered.compile(compiler_options)
   report["compile_seconds"] = round(time.time() - t0, 1)
   report.update(_analysis(compiled))
   return report

@@ -15,21 +15,58 @@ import dataclasses
 from typing import Any, Optional
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 import jraph
 
 from evqa_jax import pretrained
 from evqa_jax.models import encoders
+from evqa_jax.models.verbalizer import LEARNED_VARIANTS, canonical_variant
 
 
 HEADS = ("open", "cvqa", "cvqa_mlp")
 
 
 def mean_subword_embeddings(word_embeddings, token_ids, token_mask):
-  """Answer encoder: `[vocab, H]`, `[A, S]` ids, `[A, S]` mask -> `[A, H]` mean over the valid sub-words."""
-  emb = jnp.take(word_embeddings, token_ids, axis=0)
-  mask = token_mask.astype(emb.dtype)[..., None]
-  return jnp.sum(emb * mask, axis=1) / jnp.maximum(jnp.sum(mask, axis=1), 1.0)
+  """Answer encoder: `[vocab, H]`, `[A, S]` ids, `[A, S]` mask -> `[A, H]` mean over the valid sub-words.
+
+  A loop over the S sub-word positions, one `[A, H]` gather at a time: a single gather of all ids would make an
+  `[A, S, H]` array, which on TPU pads S (<= 5) to 8 sublanes (1.3 GiB per device in float32 for the 29k nodes of an
+  MSRVTT-scale answer graph at H = 1536; benchmarks/verbalizer_memory.py), and unrolled gathers all stay alive.
+  """
+  mask = token_mask.astype(word_embeddings.dtype)
+
+  def add(total, x):
+    ids, m = x
+    return total + jnp.take(word_embeddings, ids, axis=0) * m[:, None], None
+
+  init = jnp.zeros((token_ids.shape[0], word_embeddings.shape[-1]), word_embeddings.dtype)
+  total, _ = jax.lax.scan(add, init, (token_ids.T, mask.T))
+  return total / jnp.maximum(jnp.sum(mask, axis=1, keepdims=True), 1.0)
+
+
+@jax.custom_vjp
+def backward_in_order(feature, nodes):
+  """Identity on (the LM's [MASK] features, the verbalizer's input node features); in the backward pass the features'
+  gradient is released only with the nodes', i.e. after the whole verbalizer backward.
+
+  Without it XLA's TPU scheduler runs the verbalizer's backward edge loops in the middle of the LM's backward and
+  defers each LM layer's relative-position gradient past them, keeping two `[L, 2k, batch, heads]` scatters per
+  layer alive: about +14 GiB per v5e device for DeBERTa-v2-xlarge at MSRVTT scale (README, compile table). The node
+  gradient itself is discarded (the table is frozen); the edge loops' backward computes it anyway, so it costs only
+  a `[nodes, D] x [D, D]` product per layer."""
+  return feature, nodes
+
+
+def _in_order_fwd(feature, nodes):
+  return (feature, nodes), None
+
+
+def _in_order_bwd(_, grads):
+  return jax.lax.optimization_barrier(grads)
+
+
+backward_in_order.defvjp(_in_order_fwd, _in_order_bwd)
 
 
 class CVQAHead(nn.Module):
@@ -108,10 +145,15 @@ class Model(nn.Module):
 
   def answer_embeddings(self, vocab):
     """-> `[A, H]` embeddings of the (padded) active answer vocabulary, verbalized when configured."""
+    return self._answer_embeddings(vocab, None)[0]
+
+  def _answer_embeddings(self, vocab, feature):
+    """-> (answer embeddings `[A, H]`, `feature`); a learned verbalizer's backward is ordered before the gradient of
+    `feature` is released (`backward_in_order`)."""
     word_emb = encoders.word_embeddings(self.encoder, nn.meta.unbox(self.lm.variables["params"]))
     answers = mean_subword_embeddings(word_emb, vocab["answer_tokens"], vocab["answer_token_mask"])
     if self.verbalizer is None:
-      return answers
+      return answers, feature
     if "node_features" in vocab:
       # An imported graph's features (the OVQA authors' x.pth) are the GNN's input only; Eq. 7's V stays the LM's
       # answer embeddings, as in their model.
@@ -122,10 +164,12 @@ class Model(nn.Module):
     else:
       nodes = mean_subword_embeddings(word_emb, vocab["node_tokens"], vocab["node_token_mask"])
       answers = None  # the graph's first A nodes are the answers themselves (same sub-word tokens): V = theirs
+    if feature is not None and canonical_variant(self.verbalizer.get("variant", "gat")) in LEARNED_VARIANTS:
+      feature, nodes = backward_in_order(feature, nodes)
     graph = jraph.GraphsTuple(nodes=nodes, edges=None, globals=None, senders=vocab["senders"],
                               receivers=vocab["receivers"], n_node=vocab["n_node"], n_edge=vocab["n_edge"])
     return self.verbalizer_module(graph, vocab["answer_mask"].shape[0], vocab["is_base"], answers=answers,
-                                  **(self.verbalizer_call or {}))
+                                  **(self.verbalizer_call or {})), feature
 
   def __call__(self, batch, vocab=None, deterministic: bool = True):
     """-> logits `[batch, A]` (open, cvqa: over the padded answer vocabulary, padding at -inf) or `[batch, k]`
@@ -133,6 +177,10 @@ class Model(nn.Module):
     feature = self.mask_feature(batch, deterministic)
     if self.head == "cvqa_mlp":
       return self.cvqa_head(feature)
-    answers = self.answer_embeddings(vocab)
+    return self.score(feature, vocab)
+
+  def score(self, feature, vocab):
+    """[MASK] features `[batch, H]` -> logits `[batch, A]` over the padded answer vocabulary (padding at -inf)."""
+    answers, feature = self._answer_embeddings(vocab, feature)
     logits = jnp.einsum("bh,ah->ba", feature.astype(jnp.float32), answers.astype(jnp.float32))
     return jnp.where(vocab["answer_mask"][None, :], logits, jnp.finfo(jnp.float32).min)
