@@ -92,7 +92,9 @@ def create_state(task, config, mesh, tx):
   with nn.logical_axis_rules(rules):
     abstract = jax.eval_shape(task.init_params, rng)
     param_shardings = sharding.tree_shardings(abstract, mesh, rules)
-    params = jax.jit(lambda r: nn.meta.unbox(task.init_params(r)), out_shardings=param_shardings)(rng)
+    # Lowered with the unrolled CPU threefry: the very parameters of jax's looped lowering, compiled 2-3x faster.
+    with fast_rng.threefry_lowering(True):
+      params = jax.jit(lambda r: nn.meta.unbox(task.init_params(r)), out_shardings=param_shardings)(rng)
   trainable, frozen = partition.split_params(params, task.trainable_patterns)
   frozen = frozen_storage(frozen, config)
   opt_state = jax.jit(tx.init, out_shardings=opt_state_shardings(tx, trainable, mesh))(trainable)
