@@ -408,3 +408,55 @@ def test_relative_rows_sliced_to_the_sequence():
   full = attn.apply(params, hidden, hidden, mask, rel, jnp.asarray(D.relative_position_index(cfg, 5))[None], True)
   sliced = attn.apply(params, hidden, hidden, mask, rel, jnp.asarray(index)[None], True, rows)
   _close(sliced, full, atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("cfg_dict,length", [
+    (TINY, 5), (TINY, 20),  # log buckets 8 (max position 40): sequence shorter / longer than the bucket range
+    (VARIANT, 1), (VARIANT, 9),  # clipped distances, no buckets: span 6, long clamped runs at both ends
+    (dict(TINY, position_buckets=256, max_position_embeddings=512), 74)])  # xlarge's buckets, rows trimmed
+def test_toeplitz_gather_equals_take_along_axis(cfg_dict, length):
+  """The scatter-free relative gather copies exactly what take_along_axis copies (c2p index and p2c's transpose),
+  over the trimmed rows `rel_index` gives; its gradient equals take_along_axis's scatter-add to float rounding."""
+  index, (lo, hi) = D.DebertaV2Encoder(_config(cfg_dict)).rel_index(length)
+  diag = D.toeplitz_diagonal(index)
+  rng = np.random.default_rng(length)
+  x = jnp.asarray(rng.standard_normal((2, 3, length, hi - lo)), jnp.float32)
+  g = jnp.asarray(rng.standard_normal((2, 3, length, length)), jnp.float32)
+  value_and_vjp = lambda f: jax.jit(lambda x, g: (f(x), jax.vjp(f, x)[1](g)[0]))  # noqa: E731
+  for idx, d in ((index, diag), (index.T, diag[::-1])):
+    want, want_grad = value_and_vjp(lambda x, idx=idx: jnp.take_along_axis(x, jnp.asarray(idx)[None, None], -1))(x, g)
+    got, got_grad = value_and_vjp(lambda x, d=d: D.toeplitz_gather(x, d))(x, g)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_allclose(got_grad, want_grad, atol=1e-6, rtol=1e-6)
+  with pytest.raises(ValueError, match="not Toeplitz"):
+    D.toeplitz_diagonal(np.arange(4).reshape(2, 2))
+
+
+def test_encoder_gradient_has_no_scatter():
+  """The encoder's gradient (relative attention through `rel_diag`) has no scatter; the same attention gradient
+  through rel_index (take_along_axis, still used for the EMD's query rows) has one per gather. The attention with
+  rel_diag equals the one with rel_index: forward bit-identical, gradients to 1e-6."""
+  cfg = _config(TINY)
+  emb = jnp.asarray(np.random.default_rng(0).standard_normal((2, 7, 32)), jnp.float32)
+  valid = jnp.ones((2, 7), bool).at[1, 5:].set(False)
+  enc = D.DebertaV2Encoder(cfg)
+  params = jax.eval_shape(enc.init, jax.random.key(0), emb, valid)  # lowering needs only the shapes
+  hlo = jax.jit(jax.grad(lambda p, e: enc.apply(p, e, valid)[0].sum(), argnums=(0, 1))).lower(params, emb).as_text()
+  assert "scatter" not in hlo
+
+  index, rows = enc.rel_index(7)
+  rel = jnp.asarray(np.random.default_rng(1).standard_normal((16, 32)), jnp.float32)
+  mask = valid[:, :, None] & valid[:, None, :]
+  attn = D.DisentangledSelfAttention(cfg)
+  p = attn.init(jax.random.key(0), emb, emb, mask, rel, jnp.asarray(index)[None], True, rows)
+
+  def loss(p, e, rel, diag):
+    out = attn.apply(p, e, e, mask, rel, None if diag else jnp.asarray(index)[None], True, rows, diag)
+    return (out * jnp.cos(jnp.arange(out.size).reshape(out.shape))).sum(), out
+
+  grad = jax.jit(jax.grad(loss, argnums=(0, 1, 2), has_aux=True), static_argnums=3)
+  assert grad.lower(p, emb, rel, None).as_text().count("stablehlo.scatter") >= 2
+  (got, got_out), (want, want_out) = grad(p, emb, rel, D.toeplitz_diagonal(index)), grad(p, emb, rel, None)
+  np.testing.assert_array_equal(got_out, want_out)
+  for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+    np.testing.assert_allclose(a, b, atol=1e-6, rtol=1e-6)

@@ -8,8 +8,9 @@ mask decoder (EMD):
   with c2p(i, j) = q_i . Kr[idx(i, j)], p2c(i, j) = k_j . Qr[idx(i, j)], idx(i, j) = clamp(bucket(i - j) + span,
   0, 2 span - 1) and Kr/Qr the relative embeddings (LayerNorm'ed when norm_rel_ebd has "layer_norm") projected by
   the key/query projections (share_att_key) or by pos_key_proj/pos_query_proj. Relative-position gathers are
-  `take_along_axis` over a [query, key] index table built once per sequence length; only the relative rows that
-  table reaches are projected (a sequence shorter than the span uses fewer than 2 span rows).
+  from a [query, key] index table built once per sequence length (`toeplitz_gather`, scatter-free in the backward,
+  when queries and keys are the same positions; `take_along_axis` for the EMD's query rows); only the relative rows
+  that table reaches are projected (a sequence shorter than the span uses fewer than 2 span rows).
 - Masked attention scores are filled with the dtype minimum before the softmax (as transformers 5.24; a padded query
   row therefore attends uniformly, which only changes padded positions, never valid ones).
 - A ConvLayer after the first layer (conv over the embedding output, masked, act, LayerNorm with the layer output).
@@ -33,6 +34,7 @@ attention/self/query_proj, lm_predictions/lm_head/dense, ...); layers are `layer
 """
 
 import dataclasses
+import functools
 import math
 import re
 from typing import Any, Dict, Mapping, Optional, Tuple
@@ -225,6 +227,82 @@ def relative_position_index(config: DebertaV2Config, length: int) -> np.ndarray:
   return np.clip(rel + span, 0, 2 * span - 1).astype(np.int32)
 
 
+def toeplitz_diagonal(index: np.ndarray) -> Tuple[int, ...]:
+  """[L, L] index that depends only on i - j -> static tuple T of its 2L - 1 values: idx(i, j) = T[i - j + L - 1]."""
+  index = np.asarray(index)
+  diag = np.concatenate([index[0, ::-1], index[1:, 0]])
+  length = index.shape[0]
+  offsets = np.arange(length)[:, None] - np.arange(length)[None, :] + length - 1
+  if index.shape != (length, length) or not np.array_equal(diag[offsets], index):
+    raise ValueError(f"relative index of shape {index.shape} is not Toeplitz (a function of i - j)")
+  return tuple(int(t) for t in diag)
+
+
+def _runs_of(diag: Tuple[int, ...], rows: int):
+  """Static layout of `diag`'s runs of equal values: (run starts, run ends + 1, run of each row or K if none)."""
+  diag = np.asarray(diag)
+  starts = np.flatnonzero(np.r_[True, diag[1:] != diag[:-1]])
+  ends = np.r_[starts[1:], len(diag)]
+  values = diag[starts]
+  if len(set(values.tolist())) != len(values):
+    raise ValueError(f"toeplitz_gather: equal values of the diagonal must be contiguous, got {diag.tolist()}")
+  run_of = np.full(rows, len(starts))
+  run_of[values] = np.arange(len(starts))
+  return starts, ends, run_of
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))
+def _gather_along_last(x, diag: Tuple[int, ...], rows: int):
+  """x [..., rows] -> x[..., diag] [..., len(diag)] whose backward is a segment sum over the runs of equal `diag`
+  values (contiguous: checked), written as a float32 scan that restarts at each run start, read at the run ends
+  and gathered back to rows: gathers and a scan, no scatter."""
+  del rows  # only the backward needs it
+  return jnp.take(x, np.asarray(diag, np.int32), axis=-1)
+
+
+def _gather_along_last_fwd(x, diag, rows):
+  return _gather_along_last(x, diag, rows), None
+
+
+def _gather_along_last_bwd(diag, rows, _, g):
+  starts, ends, run_of = _runs_of(diag, rows)
+  first = np.zeros(len(diag), bool)
+  first[starts] = True
+
+  def add_within_runs(a, b):  # (partial sum, run starts inside) pairs: a sum restarts at each run start
+    return jnp.where(b[1], b[0], a[0] + b[0]), a[1] | b[1]
+
+  first = jnp.broadcast_to(jnp.asarray(first), g.shape)
+  c, _ = jax.lax.associative_scan(add_within_runs, (g.astype(jnp.float32), first), axis=g.ndim - 1)
+  sums = jnp.take(c, ends - 1, axis=-1)  # [..., runs]: each run's sum, read at its last element
+  sums = jnp.concatenate([sums, jnp.zeros_like(sums[..., :1])], axis=-1)  # rows no run reaches get 0
+  return (jnp.take(sums, run_of, axis=-1).astype(g.dtype),)
+
+
+_gather_along_last.defvjp(_gather_along_last_fwd, _gather_along_last_bwd)
+
+
+def toeplitz_gather(x, diag: Tuple[int, ...]):
+  """`jnp.take_along_axis(x, index, -1)` for a Toeplitz index idx(i, j) = diag[i - j + L - 1].
+
+  x [..., L, R], diag a static tuple of 2L - 1 ints in [0, R) whose equal values are contiguous (the relative
+  positions of DeBERTa are monotone in i - j) -> [..., L, L]. The same values are copied (bit-identical forward).
+  Why: the backward of take_along_axis is a scatter-add, and XLA's TPU scheduler kept every layer's two scatter
+  outputs alive until the end of the backward (README, Compiles for real TPUs). Here the forward is a static gather
+  E[..., i, m] = x[..., i, diag[2L - 2 - m]] ([..., L, 2L - 1]) and a skew: out[i, j] = E[i, j + L - 1 - i], read
+  from E flattened at (L - 1) + i (2L - 2) + j; its backward is pad/reshape, that of the gather a segment sum.
+  """
+  length = x.shape[-2]
+  if len(diag) != 2 * length - 1:
+    raise ValueError(f"toeplitz_gather: diag has {len(diag)} values, {2 * length - 1} needed for length {length}")
+  e = _gather_along_last(x, tuple(diag[::-1]), x.shape[-1])
+  if length == 1:
+    return e
+  flat = e.reshape(*e.shape[:-2], length * (2 * length - 1))
+  flat = flat[..., length - 1:length - 1 + length * (2 * length - 2)]
+  return flat.reshape(*e.shape[:-2], length, 2 * length - 2)[..., :length]
+
+
 # ----------------------------------------------------------------------------------------------- modules
 
 
@@ -307,10 +385,13 @@ class DisentangledSelfAttention(nn.Module):
   config: DebertaV2Config
 
   @nn.compact
-  def __call__(self, hidden, query, mask, rel_embeddings=None, rel_index=None, deterministic=True, rel_rows=None):
+  def __call__(self, hidden, query, mask, rel_embeddings=None, rel_index=None, deterministic=True, rel_rows=None,
+               rel_diag=None):
     """hidden [b, Sk, H] (keys/values), query [b, Sq, H], mask [b, Sq, Sk] bool, rel_embeddings [2 span, H],
     rel_index [b or 1, Sq, Sk] int32 rows of `rel_embeddings` (of its rows lo..hi-1 when `rel_rows` = (lo, hi), a
-    static pair). Returns the context [b, Sq, heads, head_dim]."""
+    static pair). `rel_diag` (static tuple of 2 S - 1 ints, Sq = Sk = S) replaces rel_index when it is Toeplitz,
+    rel_index(i, j) = rel_diag[i - j + S - 1]: the gathers are then `toeplitz_gather`, whose backward has no
+    scatter. Returns the context [b, Sq, heads, head_dim]."""
     cfg = self.config
     heads, dim = cfg.num_attention_heads, cfg.head_dim
 
@@ -338,10 +419,16 @@ class DisentangledSelfAttention(nn.Module):
         pos_query_proj = proj("pos_query_proj") if "p2c" in cfg.pos_att_type else None
       if "c2p" in cfg.pos_att_type:
         c2p = jnp.einsum("bqnd,rnd->bnqr", q, pos_key_proj(rel))
-        scores = scores + jnp.take_along_axis(c2p, rel_index[:, None], axis=-1)
+        if rel_diag is not None:
+          scores = scores + toeplitz_gather(c2p, rel_diag)
+        else:
+          scores = scores + jnp.take_along_axis(c2p, rel_index[:, None], axis=-1)
       if "p2c" in cfg.pos_att_type:
         p2c = jnp.einsum("bknd,rnd->bnkr", k, pos_query_proj(rel))
-        p2c = jnp.take_along_axis(p2c, jnp.swapaxes(rel_index, -1, -2)[:, None], axis=-1)
+        if rel_diag is not None:  # p2c[j, i] = p2c[j, idx(i, j)]: Toeplitz in j - i with the diagonal reversed
+          p2c = toeplitz_gather(p2c, rel_diag[::-1])
+        else:
+          p2c = jnp.take_along_axis(p2c, jnp.swapaxes(rel_index, -1, -2)[:, None], axis=-1)
         scores = scores + jnp.swapaxes(p2c, -1, -2)
     scores = scores.astype(jnp.float32) / scale
     scores = jnp.where(mask[:, None], scores, jnp.finfo(jnp.float32).min)
@@ -371,9 +458,10 @@ class DebertaV2Attention(nn.Module):
   config: DebertaV2Config
 
   @nn.compact
-  def __call__(self, hidden, query, mask, rel_embeddings, rel_index, deterministic=True, rel_rows=None):
+  def __call__(self, hidden, query, mask, rel_embeddings, rel_index, deterministic=True, rel_rows=None,
+               rel_diag=None):
     context = DisentangledSelfAttention(self.config, name="self")(
-        hidden, query, mask, rel_embeddings, rel_index, deterministic, rel_rows)
+        hidden, query, mask, rel_embeddings, rel_index, deterministic, rel_rows, rel_diag)
     return DebertaV2SelfOutput(self.config, name="output")(context, query, deterministic)
 
 
@@ -406,10 +494,11 @@ class DebertaV2Layer(nn.Module):
   config: DebertaV2Config
 
   @nn.compact
-  def __call__(self, hidden, query, mask, rel_embeddings, rel_index, deterministic=True, rel_rows=None):
+  def __call__(self, hidden, query, mask, rel_embeddings, rel_index, deterministic=True, rel_rows=None,
+               rel_diag=None):
     """hidden [b, Sk, H] keys/values, query [b, Sq, H] -> [b, Sq, H]."""
     x = DebertaV2Attention(self.config, name="attention")(
-        hidden, query, mask, rel_embeddings, rel_index, deterministic, rel_rows)
+        hidden, query, mask, rel_embeddings, rel_index, deterministic, rel_rows, rel_diag)
     h = DebertaV2Intermediate(self.config, name="intermediate")(x)
     return DebertaV2Output(self.config, name="output")(h, x, deterministic)
 
@@ -437,7 +526,7 @@ class DebertaV2Encoder(nn.Module):
 
   def setup(self):
     cfg = self.config
-    layer_cls = layers.maybe_remat(DebertaV2Layer, cfg.remat, static_argnums=(6, 7))  # deterministic, rel_rows
+    layer_cls = layers.maybe_remat(DebertaV2Layer, cfg.remat, static_argnums=(6, 7, 8))  # deterministic, rel_rows/diag
     self.layer = [layer_cls(cfg, name=f"layer_{i}") for i in range(cfg.num_hidden_layers)]
     if cfg.relative_attention:
       self.rel_embeddings = _embed(cfg, 2 * cfg.att_span, "rel_embeddings", (None, "embed"))
@@ -465,11 +554,11 @@ class DebertaV2Encoder(nn.Module):
     mask = valid[:, :, None] & valid[:, None, :]
     rel = self.rel_embedding()
     index, rows = self.rel_index(seq) if rel is not None else (None, None)
-    index = None if index is None else jnp.asarray(index)[None]
+    diag = None if index is None else toeplitz_diagonal(index)
     x = prev = embeddings
     for i, layer in enumerate(self.layer):
       prev = x
-      x = layer(x, x, mask, rel, index, deterministic, rows)
+      x = layer(x, x, mask, rel, None, deterministic, rows, diag)
       if i == 0 and self.config.conv_kernel_size > 0:
         x = self.conv(embeddings, x, valid, deterministic)
       x = nn.with_logical_constraint(x, ("batch", "length", "embed"))
@@ -484,16 +573,17 @@ class DebertaV2Encoder(nn.Module):
     seq = prev.shape[1]
     rel = self.rel_embedding()
     index, rows = self.rel_index(seq) if rel is not None else (None, None)
+    diag = None
     if query_positions is None:
       q_valid = valid
-      index = None if index is None else jnp.asarray(index)[None]
-    else:
+      diag, index = (None, None) if index is None else (toeplitz_diagonal(index), None)
+    else:  # the query rows' index is not Toeplitz; Q is small, so its scatter is too
       q_valid = jnp.take_along_axis(valid, query_positions, axis=1)
       index = None if index is None else jnp.asarray(index)[query_positions]
     mask = q_valid[:, :, None] & valid[:, None, :]
     last = self.layer[-1]
     for _ in range(_EMD_STEPS):
-      query = last(prev, query, mask, rel, index, deterministic, rows)
+      query = last(prev, query, mask, rel, index, deterministic, rows, diag)
     return query
 
 
