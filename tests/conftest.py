@@ -47,9 +47,13 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="module")
 def persistent_compilation_cache(tmp_path_factory):
-  """A persistent XLA cache for one test module whose runs recompile identical steps (each module starts empty).
+  """A persistent XLA cache for one test module whose runs recompile identical steps (each module starts empty),
+  where the run has no cache of its own (the run-wide one above, unless the user's environment set another).
   Use with `pytestmark = pytest.mark.usefixtures("persistent_compilation_cache")`."""
   import jax  # pylint: disable=g-import-not-at-top
+  if jax.config.jax_compilation_cache_dir:  # the run-wide cache: its hits include other modules' and subprocesses'
+    yield
+    return
   from jax.experimental.compilation_cache import compilation_cache as cc  # pylint: disable=g-import-not-at-top
   old = (jax.config.jax_compilation_cache_dir, jax.config.jax_persistent_cache_min_compile_time_secs)
   cc.reset_cache()

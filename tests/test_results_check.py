@@ -20,9 +20,10 @@ PRINTED = {"final_metrics.json": {"eval.test.mAcc": 2, "eval.test.total": 2, "ev
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
-  """Both trainings share a persistent XLA cache: the rerun computes every number anew but compiles nothing."""
-  return dict(os.environ, PYTHONPATH=REPO, JAX_COMPILATION_CACHE_DIR=str(tmp_path_factory.mktemp("xla_cache")),
-              JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
+  """Both trainings share a persistent XLA cache (the run-wide one of conftest.py when there is one, so other modules'
+  `:tiny` trainings count too): the rerun computes every number anew but compiles nothing."""
+  cache = os.environ.get("JAX_COMPILATION_CACHE_DIR") or str(tmp_path_factory.mktemp("xla_cache"))
+  return dict(os.environ, PYTHONPATH=REPO, JAX_COMPILATION_CACHE_DIR=cache, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
 
 
 @pytest.fixture(scope="module")
