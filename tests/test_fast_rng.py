@@ -76,7 +76,7 @@ def test_step_fns_register_it_only_when_configured():
 
 
 def test_create_state_initialises_the_parameters_of_the_looped_lowering(monkeypatch):
-  """create_state lowers the parameter init with the unrolled hash (2-3x faster to compile): the parameters are those
+  """create_state lowers the parameter init with the unrolled hash (faster to compile): the parameters are those
   jax's own looped lowering gives, bit for bit (OVQA's tiny config: a BERT, the GAT verbalizer, visual projection)."""
   import mesh_equivalence  # pylint: disable=import-outside-toplevel
   from flax import linen as nn  # pylint: disable=import-outside-toplevel
