@@ -1,13 +1,16 @@
-"""8x1, 4x2 and 2x4 (data x model) meshes train alike: the shared body of tests/test_mesh_sharding*.py.
+"""1 device and the 8x1, 4x2 and 2x4 (data x model) meshes train alike: the shared body of the mesh tests.
 
 The trainer traces its steps inside `jax.set_mesh(mesh)` + `nn.logical_axis_rules(rules)`; there the modules'
 `with_logical_constraint` calls become `sdy.sharding_constraint` ops on the activations. On the 8 simulated CPU
-devices the three meshes must give the same losses, to 1e-5 (+ 1e-6 relative), on each task's test config, from the
-same initial parameters and batches, and frozen parameters must never move. One module per task
-(tests/test_mesh_sharding.py: OVQA, test_mesh_sharding_violin.py, test_mesh_sharding_evqa.py), so that the
-pytest-xdist workers (`--dist loadfile`) share the three tasks' compiles.
+devices the three meshes must give the losses of one device (a 1 x 1 mesh on the first device: a single-device
+program), to 1e-5 (+ 1e-6 relative), on each task's test config, from the same initial parameters and batches, and
+frozen parameters must never move. The 4 x 2 run is the trainer's whole `train_and_evaluate` (evaluated at the end:
+the calling module checks its metrics and files); the others run the trainer's own StepFns. One module per task
+(tests/test_mesh_sharding.py: OVQA, tests/test_mesh_sharding_evqa.py; VIOLIN's task module compares its evaluated
+4 x 2 run with these meshes itself), so that the pytest-xdist workers (`--dist loadfile`) share the tasks' compiles.
 """
 
+import json
 import os
 import sys
 
@@ -22,7 +25,7 @@ from configs import evqa_gen, ovqa_msrvtt, violin  # noqa: E402
 from evqa_jax import projects as tasks_lib  # noqa: E402
 from evqa_jax.data import pipeline  # noqa: E402
 from data_prep import worlds  # noqa: E402
-from evqa_jax.train import partition, sharding  # noqa: E402
+from evqa_jax.train import checkpointing, partition, sharding, train_and_evaluate  # noqa: E402
 from evqa_jax.train import steps as steps_lib  # noqa: E402
 
 # The smallest configs that run every part of each task's model (OVQA: a random 2-layer BERT and the GNN
@@ -32,28 +35,42 @@ CONFIGS = {
     "violin": lambda: violin.get_config("small"),
     "evqa": lambda: evqa_gen.get_config("tiny"),
 }
+ONE_DEVICE = (1, 1)
 MESHES = ((8, 1), (4, 2), (2, 4))
 STEPS = 2
 
 
 def config_in_repo(name, monkeypatch):
-  """The task's test config, with the working directory at the repository (the configs name their synthetic worlds
-  relative to it) and its world built, as launch/train.py does before building a task."""
+  """The task's test config (STEPS steps, evaluated and checkpointed at the end), with the working directory at the
+  repository (the configs name their synthetic worlds relative to it) and its world built, as launch/train.py does
+  before building a task."""
   monkeypatch.chdir(REPO)
   config = CONFIGS[name]()
+  for prefix, value in (("total", STEPS), ("eval_every", STEPS), ("checkpoint_every", STEPS)):
+    for unit in ("steps", "epochs", "examples"):
+      if f"{prefix}_{unit}" in config:
+        config[f"{prefix}_{unit}"] = value if unit == "steps" else None
   worlds.ensure_synthetic_world(config)
   return config
 
 
-def train(config, mesh_shape, steps=STEPS):
-  """`steps` train steps of the trainer's own StepFns on `mesh_shape` -> (losses, host frozen before, after)."""
+def train(config, mesh_shape, steps=STEPS, initial=None):
+  """`steps` train steps of the trainer's own StepFns on `mesh_shape` (over the first devices) -> (losses, host
+  frozen before, after, host initial state). The initial state is the trainer's (`create_state`, pretrained weights
+  loaded), or `initial` (a host state of another mesh's run) placed with this mesh's state shardings: the same
+  parameters without another init compile."""
   task = tasks_lib.build_task(config)
-  mesh = sharding.make_mesh(mesh_shape, config.mesh_axes)
+  mesh = sharding.make_mesh(mesh_shape, config.mesh_axes, jax.devices()[:int(np.prod(mesh_shape))])
   rules = config.logical_axis_rules
   tx, _ = partition.make_optimizer(config.optim, config.total_steps)
-  state, shardings = steps_lib.create_state(task, config, mesh, tx)
-  state = steps_lib.load_pretrained_into(state, task, shardings)
-  frozen_before = jax.tree.map(np.asarray, state["frozen"])
+  if initial is None:
+    state, shardings = steps_lib.create_state(task, config, mesh, tx)
+    state = steps_lib.load_pretrained_into(state, task, shardings)
+    initial = jax.tree.map(np.asarray, state)
+  else:
+    shardings = jax.tree.map(lambda s: s.sharding, steps_lib.abstract_train_state(task, config, mesh, tx))
+    state = jax.device_put(initial, shardings)
+  frozen_before = initial["frozen"]
   batch_shard = sharding.batch_sharding(mesh, rules)
   aux = task.aux_inputs(config.data.train_split)
   aux_shardings = steps_lib.aux_shardings_for(task, mesh, rules, aux)
@@ -69,15 +86,14 @@ def train(config, mesh_shape, steps=STEPS):
       state, metrics = fns.train_step(state, sharding.global_batch(next(it), batch_shard), aux)
       losses.append(float(metrics["loss"]))
   it.close()
-  return losses, frozen_before, jax.tree.map(np.asarray, state["frozen"])
+  return losses, frozen_before, jax.tree.map(np.asarray, state["frozen"]), initial
 
 
-def assert_meshes_give_the_same_losses(config):
-  """STEPS steps on each of MESHES: finite, changing losses equal to the 8x1 run's; frozen parameters bit for bit."""
-  assert jax.device_count() == 8
-  runs = {shape: train(config, shape) for shape in MESHES}
-  reference = runs[MESHES[0]][0]
-  assert all(np.isfinite(reference)) and len(set(reference)) == STEPS, reference  # real, changing losses
+def assert_same_losses(runs: dict, reference_shape=ONE_DEVICE, steps=STEPS) -> None:
+  """runs: {mesh shape: (losses, frozen before, frozen after)}. Finite, changing losses equal to those of
+  `reference_shape`'s run; frozen parameters bit for bit."""
+  reference = runs[reference_shape][0]
+  assert len(reference) == steps and all(np.isfinite(reference)) and len(set(reference)) == steps, reference
   for shape, (losses, before, after) in runs.items():
     # 1e-5, plus float32 rounding for large losses: E-VQA's ~39 differs by 1.1e-5 (3 ulps) on 4x2, where the
     # reductions over rows and widths run in another order.
@@ -86,3 +102,26 @@ def assert_meshes_give_the_same_losses(config):
     assert flat_before.keys() == flat_after.keys()
     for k, v in flat_before.items():  # frozen parameters: bit for bit
       np.testing.assert_array_equal(flat_after[k], v, err_msg=f"mesh {shape}: frozen {'/'.join(k)}")
+
+
+def assert_meshes_give_the_same_losses(config, workdir: str) -> dict:
+  """1 device, then 8x1 and 2x4 (StepFns) and 4x2 (`train_and_evaluate` in `workdir`, STEPS steps, evaluated):
+  the same losses; frozen parameters never move. -> the 4 x 2 run's result (its last metrics)."""
+  assert jax.device_count() == 8
+  one = train(config, ONE_DEVICE)
+  runs = {ONE_DEVICE: one[:3]}
+  for shape in ((8, 1), (2, 4)):
+    runs[shape] = train(config, shape, initial=one[3])[:3]
+  run = config.copy_and_resolve_references()
+  run.mesh_shape = (4, 2)
+  result = train_and_evaluate(run, workdir)
+  with open(os.path.join(workdir, "train_history.jsonl")) as f:
+    history = [json.loads(line) for line in f]
+  assert [h["step"] for h in history] == list(range(1, STEPS + 1)) and result["step"] == STEPS
+  step, state = checkpointing.load_checkpoint_arrays(workdir)
+  assert step == STEPS
+  # The 4 x 2 run's frozen parameters after training against the 1-device run's before: also the same initial
+  # parameters on both meshes.
+  runs[(4, 2)] = ([h["loss"] for h in history], runs[ONE_DEVICE][1], state["frozen"])
+  assert_same_losses(runs)
+  return result

@@ -1,4 +1,5 @@
-"""E-VQA task: text inputs, evidence decoding, MCQ scoring, official prediction files, one real training step."""
+"""E-VQA task: text inputs, evidence decoding, MCQ scoring, official prediction files (training on 1 device and
+the meshes, evaluated: tests/test_mesh_sharding_evqa.py)."""
 
 import json
 import os
@@ -7,8 +8,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from PIL import Image
-
-import device_parity
 
 from configs import evqa_gen
 from data_prep import synthetic_evqa
@@ -214,46 +213,3 @@ def test_evaluate_wrong_answers_and_native_resolution(task, tmp_path):
     np.testing.assert_array_equal(mask, evqa_evaluator.resize_mask(small, (128, 96)))
   finally:
     task.input._entries["test"] = saved
-
-
-ONE_DEVICE_CONFIG = """
-from configs import evqa_gen
-
-def get_config(arg=None):
-  c = evqa_gen.get_config("tiny")
-  c.total_steps = 2
-  c.checkpoint_every_steps = 2
-  c.data.eval_splits = ()  # the 1-device reference only needs the loss curve
-  return c
-"""
-
-
-def test_train_and_evaluate_on_a_4x2_mesh_equals_one_device(world, tmp_path):
-  """2 steps on the 4 x 2 mesh (batch rows and model widths split), evaluated; the same 2 steps on 1 device give
-  the same loss curve."""
-  from evqa_jax.train import train_and_evaluate
-  cfg = tmp_path / "evqa_one_device.py"
-  cfg.write_text(ONE_DEVICE_CONFIG)
-  one = device_parity.start_one_device_run(str(cfg), str(tmp_path / "one"), f"--config.data.dir={world}")
-  c = _config(world, variant="tiny")  # one encoder layer, a 16 x 16 patch grid
-  c.total_steps = 2
-  c.eval_every_steps = 2
-  c.checkpoint_every_steps = 2
-  c.mesh_shape = (4, 2)
-  result = train_and_evaluate(c, str(tmp_path))
-  device_parity.finish(one)
-  device_parity.assert_same_loss_curve(str(tmp_path / "one"), str(tmp_path), 2,
-                                       keys=("loss", "grad_norm", "answer_ce", "temporal_bce", "mask_bce", "dice_loss"))
-  final = json.load(open(tmp_path / "final_metrics.json"))
-  test = final["eval"]["test"]
-  assert final["step"] == 2 and np.isfinite(final["train"]["loss"])
-  assert (final["best"]["step"], final["best"]["split"]) == (2, "test") and final["best"]["eval"]["test"] == test
-  for k in ("accuracy", "t_mean", "JF", "mIoU"):
-    assert 0.0 <= test[k] <= 100.0 and test[k] == pytest.approx(result["eval"]["test"][k])
-  pred_dir = tmp_path / "eval" / "test_step2"
-  cli = st_eval.main(["--gt-csv", os.path.join(world, "test.csv"), "--gt-masks", os.path.join(world, "gt_masks"),
-                      "--pred", str(pred_dir / "predictions.json"), "--pred-masks", str(pred_dir / "pred_masks"),
-                      "--out", str(tmp_path / "cli.json")])
-  for k in ("accuracy", "t_mean", "J", "F"):
-    assert cli[k] == pytest.approx(test[k])
-  assert len(json.load(open(pred_dir / "predictions.json"))) == 10

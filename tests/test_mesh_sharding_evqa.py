@@ -1,12 +1,42 @@
-"""E-VQA: 8x1, 4x2 and 2x4 meshes give the same losses (tests/mesh_equivalence.py; a module of its own so that
-the xdist workers share the tasks' compiles)."""
+"""E-VQA: 1 device and the 8x1, 4x2 and 2x4 meshes give the same losses (tests/mesh_equivalence.py); the 4 x 2 run is
+the trainer's `train_and_evaluate`, evaluated, and its metrics equal the command-line scorer's on its written files.
+A module of its own so that the xdist workers share the tasks' compiles."""
 
+import json
+import os
+
+import numpy as np
 import pytest
 
 import mesh_equivalence
+from evqa_jax.evaluate import st_evidence as st_eval
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
-def test_meshes_8x1_4x2_2x4_give_the_same_losses(monkeypatch):
-  mesh_equivalence.assert_meshes_give_the_same_losses(mesh_equivalence.config_in_repo("evqa", monkeypatch))
+def test_one_device_and_meshes_8x1_4x2_2x4_give_the_same_losses_and_evaluation(monkeypatch, tmp_path):
+  config = mesh_equivalence.config_in_repo("evqa", monkeypatch)  # one encoder layer, a 16 x 16 patch grid
+  workdir = tmp_path / "mesh42"
+  result = mesh_equivalence.assert_meshes_give_the_same_losses(config, str(workdir))
+  steps = mesh_equivalence.STEPS
+  with open(workdir / "train_history.jsonl") as f:
+    history = [json.loads(line) for line in f]
+  for row in history:  # every loss term is logged, finite
+    for key in ("answer_ce", "temporal_bce", "mask_bce", "dice_loss", "grad_norm"):
+      assert np.isfinite(row[key]), (row["step"], key)
+  final = json.load(open(workdir / "final_metrics.json"))
+  test = final["eval"]["test"]
+  assert final["step"] == steps and np.isfinite(final["train"]["loss"])
+  assert (final["best"]["step"], final["best"]["split"]) == (steps, "test") and final["best"]["eval"]["test"] == test
+  for k in ("accuracy", "t_mean", "JF", "mIoU"):
+    assert 0.0 <= test[k] <= 100.0 and test[k] == pytest.approx(result["eval"]["test"][k])
+  records = os.path.abspath(config.data.dir)
+  pred_dir = workdir / "eval" / f"test_step{steps}"
+  cli = st_eval.main(["--gt-csv", os.path.join(records, "test.csv"), "--gt-masks", os.path.join(records, "gt_masks"),
+                      "--pred", str(pred_dir / "predictions.json"), "--pred-masks", str(pred_dir / "pred_masks"),
+                      "--out", str(tmp_path / "cli.json")])
+  for k in ("accuracy", "t_mean", "J", "F"):
+    assert cli[k] == pytest.approx(test[k])
+  with open(os.path.join(records, "test.csv")) as f:
+    n_test = sum(1 for _ in f) - 1
+  assert len(json.load(open(pred_dir / "predictions.json"))) == n_test

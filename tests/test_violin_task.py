@@ -1,6 +1,6 @@
 """VIOLIN task end to end on the tiny synthetic world: training through train_and_evaluate, predictions scored by the
 evaluator vs a direct numpy count, frozen encoder, cached vs online text features, 8-device sharding vs one device,
-resume from an Orbax checkpoint, preprocessing and the Table 3 sweep points.
+the 8x1, 4x2 and 2x4 meshes alike, resume from an Orbax checkpoint, preprocessing and the Table 3 sweep points.
 
 Compiled work is shared: ONE real run (4 steps on a 4 x 2 mesh of the 8 CPU devices, evaluated) serves the
 evaluator, sharding and resume tests; the hand-written single-device step that checks it also checks the frozen
@@ -29,7 +29,9 @@ from evqa_jax.evaluate import violin as violin_cli  # noqa: E402
 from data_prep import worlds  # noqa: E402
 from evqa_jax.projects.violin import input as violin_input  # noqa: E402
 from evqa_jax.projects.violin import task as violin_task  # noqa: E402
-from evqa_jax.train import partition, sharding, steps as steps_lib, train_and_evaluate  # noqa: E402
+from evqa_jax.train import checkpointing, partition, sharding, steps as steps_lib, train_and_evaluate  # noqa: E402
+
+import mesh_equivalence  # noqa: E402  pylint: disable=wrong-import-position
 
 # The resume and sharding runs recompile identical train steps: a persistent XLA cache for this module.
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
@@ -202,6 +204,20 @@ def test_sharded_run_matches_single_device_frozen_encoder_and_loss_decreases(wor
   assert all(math.isfinite(x) for x in losses)
   assert np.polyfit(np.arange(20), losses, 1)[0] < 0, losses
   assert np.mean(losses[-5:]) < np.mean(losses[:5]) - 0.05, losses
+
+
+def test_meshes_8x1_and_2x4_give_the_losses_of_the_4x2_run(world, straight_run):
+  """The first steps on the 8 x 1 and 2 x 4 meshes (the trainer's StepFns, tests/mesh_equivalence.py) give the 4 x 2
+  run's losses (which equal one device's: the test above); frozen parameters stay bit-identical, and the 4 x 2 run
+  started from the same ones."""
+  workdir, _ = straight_run
+  c = _config(world)
+  steps = mesh_equivalence.STEPS
+  eight = mesh_equivalence.train(c, (8, 1), steps)
+  runs = {(8, 1): eight[:3], (2, 4): mesh_equivalence.train(c, (2, 4), steps, initial=eight[3])[:3]}
+  _, ckpt = checkpointing.load_checkpoint_arrays(workdir, c.total_steps)
+  runs[MESH] = ([h["loss"] for h in _history(workdir)][:steps], eight[1], ckpt["frozen"])
+  mesh_equivalence.assert_same_losses(runs, reference_shape=MESH, steps=steps)
 
 
 def test_resume_from_checkpoint_gives_identical_params(world, straight_run, tmp_path):
