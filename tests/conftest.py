@@ -25,8 +25,23 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 
+# The slowest modules, slowest first (seconds of a 2-worker run on the 2-core machine, 2026-12-01: 170, 152, 148, 145,
+# 136, 104, 91, 77, 74, 73, 70, 68, 68, 63, 59, 51, 43, 39; every other module under 40 s). With `--dist loadfile`
+# each worker takes the next module when it is nearly done with its own, so starting with the longest ones leaves
+# short ones to even out the end. (xdist's own order, most tests first, put the 150 s one-test E-VQA mesh module
+# last: one worker ran it alone for the last two and a half minutes.)
+SLOW_MODULES = (
+    "test_violin_task.py", "test_mesh_sharding_evqa.py", "test_memory_levers.py", "test_multihost.py",
+    "test_evqa_model.py", "test_ovqa_release.py", "test_hardening.py", "test_benchmarks.py", "test_mesh_sharding.py",
+    "test_evqa_release.py", "test_violin_release.py", "test_resume.py", "test_bert.py", "test_results_check.py",
+    "test_deberta_v2.py", "test_synthetic_ovqa.py", "test_violin_model.py", "test_hostile_input.py",
+)
+
+
 def pytest_configure(config):
   config.addinivalue_line("markers", "demo: reruns a recorded demo table (long); only with `-m demo`")
+  if hasattr(config.option, "loadscopereorder"):  # pytest-xdist: keep the order of pytest_collection_modifyitems
+    config.option.loadscopereorder = False
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -36,7 +51,10 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 def pytest_collection_modifyitems(config, items):
-  """Demo reruns take tens of minutes each: run them only when `-m` names them."""
+  """SLOW_MODULES first (the others in their collection order); demo reruns, which take tens of minutes each, run
+  only when `-m` names them."""
+  rank = {name: i for i, name in enumerate(SLOW_MODULES)}
+  items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a module's tests keep their order
   if "demo" in (config.option.markexpr or ""):
     return
   skip = pytest.mark.skip(reason="demo table rerun: opt in with `pytest -m demo`")
