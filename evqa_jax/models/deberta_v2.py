@@ -573,13 +573,12 @@ class DebertaV2Encoder(nn.Module):
     seq = prev.shape[1]
     rel = self.rel_embedding()
     index, rows = self.rel_index(seq) if rel is not None else (None, None)
-    diag = None
-    if query_positions is None:
+    if query_positions is None:  # all S rows: the index is Toeplitz, gathered by its diagonal
       q_valid = valid
       diag, index = (None, None) if index is None else (toeplitz_diagonal(index), None)
     else:  # the query rows' index is not Toeplitz; Q is small, so its scatter is too
       q_valid = jnp.take_along_axis(valid, query_positions, axis=1)
-      index = None if index is None else jnp.asarray(index)[query_positions]
+      diag, index = None, (None if index is None else jnp.asarray(index)[query_positions])
     mask = q_valid[:, :, None] & valid[:, None, :]
     last = self.layer[-1]
     for _ in range(_EMD_STEPS):

@@ -12,14 +12,17 @@ the trainer's own train step (`steps.StepFns`), so what compiles here is what a 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
+from typing import Any
 
 from flax import traverse_util
 import jax
 import numpy as np
 
 from evqa_jax import projects as tasks_lib
+from evqa_jax.models import encoders
 from evqa_jax.train import partition, sharding
 from evqa_jax.train import steps as steps_lib
 
@@ -110,8 +113,23 @@ def roofline(report: dict, peak_flops: float | None) -> dict:
   return out
 
 
-def _setup(config, mesh_shape=None, devices=None, topology: str | None = None):
-  """The mesh, task, abstract train state and aux inputs (ShapeDtypeStructs with the trainer's shardings)."""
+@dataclasses.dataclass(frozen=True)
+class _Setup:
+  """What a lowering needs: the devices and mesh, the task and optimiser, and ShapeDtypeStructs (with the trainer's
+  shardings) of the train state and aux inputs."""
+  devices: list
+  mesh: Any
+  rules: Any
+  task: Any
+  tx: Any
+  state: dict
+  aux: Any
+  aux_shardings: Any
+
+
+def _setup(config, mesh_shape=None, devices=None, topology: str | None = None) -> _Setup:
+  """The mesh, task, abstract train state and aux inputs of `config` on `mesh_shape` over `devices` (or a TPU
+  `topology`'s)."""
   if topology:
     devices = topology_devices(topology)
   devices = list(jax.devices() if devices is None else devices)
@@ -125,7 +143,7 @@ def _setup(config, mesh_shape=None, devices=None, topology: str | None = None):
   aux_shardings = steps_lib.aux_shardings_for(task, mesh, rules, aux_np)
   aux = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(np.shape(x), np.asarray(x).dtype, sharding=s),
                      aux_np, aux_shardings)
-  return devices, mesh, rules, task, tx, state, aux, aux_shardings
+  return _Setup(devices, mesh, rules, task, tx, state, aux, aux_shardings)
 
 
 def _describe(config, task, mesh, devices, state) -> dict:
@@ -145,14 +163,14 @@ def _describe(config, task, mesh, devices, state) -> dict:
 def lower_train_step(config, mesh_shape=None, devices=None, topology: str | None = None):
   """-> (jax `Lowered` train step of `config` on `mesh_shape`, JSON-able description). Traced under the mesh and the
   logical rules exactly as the trainer traces it, so `lowered.as_text()` shows the activation sharding constraints."""
-  devices, mesh, rules, task, tx, state, aux, aux_shardings = _setup(config, mesh_shape, devices, topology)
-  state_shardings = jax.tree.map(lambda x: x.sharding, state)
-  batch_shard = sharding.batch_sharding(mesh, rules)
-  batch = _batch_struct(task, config, batch_shard)
-  steps = steps_lib.StepFns(task, tx, mesh, rules, state_shardings, batch_shard, aux_shardings)
+  s = _setup(config, mesh_shape, devices, topology)
+  state_shardings = jax.tree.map(lambda x: x.sharding, s.state)
+  batch_shard = sharding.batch_sharding(s.mesh, s.rules)
+  batch = _batch_struct(s.task, config, batch_shard)
+  steps = steps_lib.StepFns(s.task, s.tx, s.mesh, s.rules, state_shardings, batch_shard, s.aux_shardings)
   with steps.context():
-    lowered = steps.train_step.lower(state, batch, aux)
-  report = _describe(config, task, mesh, devices, state)
+    lowered = steps.train_step.lower(s.state, batch, s.aux)
+  report = _describe(config, s.task, s.mesh, s.devices, s.state)
   report["batch"] = {k: [list(v.shape), str(v.dtype)] for k, v in batch.items()}
   return lowered, report
 
@@ -171,17 +189,23 @@ def lower_verbalizer_step(config, mesh_shape=None, devices=None, topology: str |
 
   if config.task != "ovqa":
     raise ValueError(f"config.task = {config.task!r}: the verbalizer step is OVQA's")
-  devices, mesh, rules, task, _, state, aux, _ = _setup(config, mesh_shape, devices, topology)
+  s = _setup(config, mesh_shape, devices, topology)
+  state, mesh, aux = s.state, s.mesh, s.aux
   if "verbalizer" not in state["trainable"]:
     raise ValueError("the config has no GNN verbalizer (config.verbalizer.variant 'A' or a closed head)")
-  model = task.model
+  model = s.task.model
   lm = model.encoder_config
-  # Of the frozen parameters only the word-embedding table is read (the answer encoder): pass just that.
+  # Of the frozen parameters only the LM's word-embedding table is read (the answer encoder): pass just that leaf,
+  # found where the model finds it (encoders.word_embeddings), at its path in the frozen tree.
+  if "lm" not in state["frozen"]:
+    raise ValueError(f"the frozen parameters hold no 'lm' (the {config.model.encoder} LM): {sorted(state['frozen'])}")
+  table = encoders.word_embeddings(model.encoder, state["frozen"]["lm"])
   flat = traverse_util.flatten_dict(state["frozen"])
-  frozen = traverse_util.unflatten_dict({k: v for k, v in flat.items() if "word_embeddings" in k})
-  if not frozen:
-    raise ValueError(f"no frozen 'word_embeddings' parameter in the {config.model.encoder} LM")
-  batch_shard = sharding.batch_sharding(mesh, rules)
+  frozen = {k: v for k, v in flat.items() if v is table}
+  if len(frozen) != 1:
+    raise ValueError(f"the {config.model.encoder} LM's word-embedding table is {len(frozen)} leaves of the frozen tree")
+  frozen = traverse_util.unflatten_dict(frozen)
+  batch_shard = sharding.batch_sharding(mesh, s.rules)
   feature = jax.ShapeDtypeStruct((config.batch_size, lm.hidden_size), lm.dtype, sharding=batch_shard)
   labels = jax.ShapeDtypeStruct((config.batch_size,), jnp.int32, sharding=batch_shard)
 
@@ -191,9 +215,9 @@ def lower_verbalizer_step(config, mesh_shape=None, devices=None, topology: str |
     return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, labels))
 
   step = jax.jit(jax.value_and_grad(loss_fn))
-  with steps_lib.mesh_context(mesh, rules):
+  with steps_lib.mesh_context(mesh, s.rules):
     lowered = step.lower(state["trainable"]["verbalizer"], frozen, aux, feature, labels)
-  report = _describe(config, task, mesh, devices, state)
+  report = _describe(config, s.task, mesh, s.devices, state)
   report["verbalizer"] = dict(config.verbalizer)
   report["verbalizer_call"] = {k: int(v) for k, v in (model.verbalizer_call or {}).items()}
   report["aux"] = {k: [list(v.shape), str(v.dtype)] for k, v in aux.items()}
