@@ -98,3 +98,22 @@ def test_verbalizer_path_memory_on_v5e_is_its_design_bound():
   node_f32, chunk_bf16 = nodes * dim * 4, chunk * dim * 2
   bound = 3 * node_f32 + 4 * chunk_bf16 + 16 * edges  # 64.5 MiB
   assert 0 < temp <= bound, (temp / 2**20, bound / 2**20)
+
+
+def test_verbalizer_step_takes_only_the_word_table_of_the_frozen_lm(monkeypatch):
+  """lower_verbalizer_step (benchmarks/verbalizer_memory.py) on the OVQA test config and a 4 x 2 CPU mesh: of the
+  frozen LM only its word-embedding table is an argument (at its place in the tree, with the trainer's sharding), and
+  the gradient is for the verbalizer's parameters alone."""
+  import mesh_equivalence  # pylint: disable=g-import-not-at-top
+  config = mesh_equivalence.config_in_repo("ovqa", monkeypatch)
+  lowered, report = aot.lower_verbalizer_step(config, (4, 2))
+  assert report["mesh"] == {"data": 4, "model": 2} and report["verbalizer"]["variant"] == config.verbalizer.variant
+  (verbalizer, frozen, aux, feature, labels), _ = lowered.args_info
+  shape = config.pretrained.shape
+  table = frozen["lm"]["embeddings"]["word_embeddings"]["embedding"]
+  assert jax.tree.structure(frozen) == jax.tree.structure({"lm": {"embeddings": {"word_embeddings": {"embedding": 0}}}})
+  assert table.shape == (shape.vocab_size, shape.hidden_size) and table.dtype == "float32"
+  assert feature.shape == (config.batch_size, shape.hidden_size) and labels.shape == (config.batch_size,)
+  assert set(verbalizer) and set(aux) >= {"senders", "receivers", "answer_mask"}
+  grads = lowered.out_info[1]
+  assert jax.tree.structure(grads) == jax.tree.structure(verbalizer)
