@@ -24,6 +24,17 @@ def _libtpu_or_skip():
                 "Install it with `pip install -e .[tpu]`")
 
 
+def test_topologies_give_one_device_per_chip():
+  """v5e:2x4 is 8 single-core chips; v4:2x2x2 is 8 chips of two TensorCores each, which a v4 job runs as 8 megacore
+  devices (libtpu's default description lists the 16 cores: a 4x2 mesh would not fit it)."""
+  _libtpu_or_skip()
+  for topology, kind in (("v5e:2x4", "TPU v5 lite"), ("v4:2x2x2", "TPU v4")):
+    devices = aot.topology_devices(topology)
+    assert len(devices) == 8 and {d.device_kind for d in devices} == {kind}, topology
+    assert len({tuple(d.coords) for d in devices}) == 8, topology  # one device per chip
+    assert kind in aot.CHIP_HBM
+
+
 def test_tiny_violin_train_step_compiles_for_v5e_2x2(monkeypatch):
   """The VIOLIN `:small` config (1-layer BERT, tiny LSTMs) on a v5e:2x2 slice with a 2 x 2 data x model mesh."""
   _libtpu_or_skip()

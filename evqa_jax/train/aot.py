@@ -27,8 +27,14 @@ from evqa_jax.train import partition, sharding
 from evqa_jax.train import steps as steps_lib
 
 
+# Chips with two TensorCores that JAX runs as one device each (megacore): libtpu's default description of their
+# topologies lists the cores (v4:2x2x2 -> 16 devices of half a chip's HBM), not the devices a job gets (8).
+MEGACORE_CHIPS = ("v4", "v5p")
+
+
 def topology_devices(topology: str, platform: str = "tpu"):
-  """Devices of a target topology such as 'v5e:2x4' (TPU; needs libtpu on this host, not the TPUs themselves).
+  """Devices of a target topology such as 'v5e:2x4' (TPU; needs libtpu on this host, not the TPUs themselves):
+  one per chip, as a job on that slice sees them (MEGACORE_CHIPS: v4:2x2x2 is 8 devices).
 
   `pip install -e .[tpu]` brings the libtpu that this jax pins. libtpu takes a host-wide lock file
   (/tmp/libtpu_lockfile) that any other JAX process on the host may hold; compiling needs no TPU, so the lock is
@@ -36,8 +42,11 @@ def topology_devices(topology: str, platform: str = "tpu"):
   """
   os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
   from jax.experimental import topologies
+  kwargs = {}
+  if platform == "tpu" and topology.split(":")[0] in MEGACORE_CHIPS:
+    kwargs["chip_config_name"] = "megacore"
   try:
-    return topologies.get_topology_desc(topology_name=topology, platform=platform).devices
+    return topologies.get_topology_desc(topology_name=topology, platform=platform, **kwargs).devices
   except (ImportError, RuntimeError, ValueError) as e:  # JaxRuntimeError is a RuntimeError
     raise RuntimeError(f"cannot describe the {platform} topology {topology!r} on this host ({e}); "
                        f"a TPU topology needs libtpu: pip install -e .[tpu]") from e
