@@ -13,6 +13,7 @@ the calling module checks its metrics and files); the others run the trainer's o
 import json
 import os
 import sys
+from typing import NamedTuple
 
 import jax
 import numpy as np
@@ -21,7 +22,7 @@ from flax import traverse_util
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from configs import evqa_gen, ovqa_msrvtt, violin  # noqa: E402
+from configs import evqa_gen, ovqa_msrvtt  # noqa: E402
 from evqa_jax import projects as tasks_lib  # noqa: E402
 from evqa_jax.data import pipeline  # noqa: E402
 from data_prep import worlds  # noqa: E402
@@ -32,12 +33,17 @@ from evqa_jax.train import steps as steps_lib  # noqa: E402
 # verbalizer; E-VQA: one encoder layer, a 16 x 16 patch grid): the three meshes compile every step anew.
 CONFIGS = {
     "ovqa": lambda: ovqa_msrvtt.get_config("tiny"),
-    "violin": lambda: violin.get_config("small"),
     "evqa": lambda: evqa_gen.get_config("tiny"),
 }
 ONE_DEVICE = (1, 1)
-MESHES = ((8, 1), (4, 2), (2, 4))
 STEPS = 2
+
+
+class Run(NamedTuple):
+  """One mesh's run: its losses, its initial train state and its frozen parameters after training (host numpy)."""
+  losses: list
+  initial: dict
+  frozen_after: dict
 
 
 def config_in_repo(name, monkeypatch):
@@ -54,9 +60,8 @@ def config_in_repo(name, monkeypatch):
   return config
 
 
-def train(config, mesh_shape, steps=STEPS, initial=None):
-  """`steps` train steps of the trainer's own StepFns on `mesh_shape` (over the first devices) -> (losses, host
-  frozen before, after, host initial state). The initial state is the trainer's (`create_state`, pretrained weights
+def train(config, mesh_shape, steps=STEPS, initial=None) -> Run:
+  """`steps` train steps of the trainer's own StepFns on `mesh_shape` (over the first devices). The initial state is the trainer's (`create_state`, pretrained weights
   loaded), or `initial` (a host state of another mesh's run) placed with this mesh's state shardings: the same
   parameters without another init compile."""
   task = tasks_lib.build_task(config)
@@ -70,7 +75,6 @@ def train(config, mesh_shape, steps=STEPS, initial=None):
   else:
     shardings = jax.tree.map(lambda s: s.sharding, steps_lib.abstract_train_state(task, config, mesh, tx))
     state = jax.device_put(initial, shardings)
-  frozen_before = initial["frozen"]
   batch_shard = sharding.batch_sharding(mesh, rules)
   aux = task.aux_inputs(config.data.train_split)
   aux_shardings = steps_lib.aux_shardings_for(task, mesh, rules, aux)
@@ -86,19 +90,19 @@ def train(config, mesh_shape, steps=STEPS, initial=None):
       state, metrics = fns.train_step(state, sharding.global_batch(next(it), batch_shard), aux)
       losses.append(float(metrics["loss"]))
   it.close()
-  return losses, frozen_before, jax.tree.map(np.asarray, state["frozen"]), initial
+  return Run(losses, initial, jax.tree.map(np.asarray, state["frozen"]))
 
 
 def assert_same_losses(runs: dict, reference_shape=ONE_DEVICE, steps=STEPS) -> None:
-  """runs: {mesh shape: (losses, frozen before, frozen after)}. Finite, changing losses equal to those of
-  `reference_shape`'s run; frozen parameters bit for bit."""
-  reference = runs[reference_shape][0]
+  """runs: {mesh shape: Run}. Finite, changing losses equal to those of `reference_shape`'s run; frozen parameters
+  after training bit for bit those of the initial state."""
+  reference = runs[reference_shape].losses
   assert len(reference) == steps and all(np.isfinite(reference)) and len(set(reference)) == steps, reference
-  for shape, (losses, before, after) in runs.items():
+  for shape, (losses, initial, after) in runs.items():
     # 1e-5, plus float32 rounding for large losses: E-VQA's ~39 differs by 1.1e-5 (3 ulps) on 4x2, where the
     # reductions over rows and widths run in another order.
     np.testing.assert_allclose(losses, reference, rtol=1e-6, atol=1e-5, err_msg=f"mesh {shape}")
-    flat_before, flat_after = traverse_util.flatten_dict(before), traverse_util.flatten_dict(after)
+    flat_before, flat_after = traverse_util.flatten_dict(initial["frozen"]), traverse_util.flatten_dict(after)
     assert flat_before.keys() == flat_after.keys()
     for k, v in flat_before.items():  # frozen parameters: bit for bit
       np.testing.assert_array_equal(flat_after[k], v, err_msg=f"mesh {shape}: frozen {'/'.join(k)}")
@@ -109,9 +113,9 @@ def assert_meshes_give_the_same_losses(config, workdir: str) -> dict:
   the same losses; frozen parameters never move. -> the 4 x 2 run's result (its last metrics)."""
   assert jax.device_count() == 8
   one = train(config, ONE_DEVICE)
-  runs = {ONE_DEVICE: one[:3]}
+  runs = {ONE_DEVICE: one}
   for shape in ((8, 1), (2, 4)):
-    runs[shape] = train(config, shape, initial=one[3])[:3]
+    runs[shape] = train(config, shape, initial=one.initial)
   run = config.copy_and_resolve_references()
   run.mesh_shape = (4, 2)
   result = train_and_evaluate(run, workdir)
@@ -122,6 +126,6 @@ def assert_meshes_give_the_same_losses(config, workdir: str) -> dict:
   assert step == STEPS
   # The 4 x 2 run's frozen parameters after training against the 1-device run's before: also the same initial
   # parameters on both meshes.
-  runs[(4, 2)] = ([h["loss"] for h in history], runs[ONE_DEVICE][1], state["frozen"])
+  runs[(4, 2)] = Run([h["loss"] for h in history], one.initial, state["frozen"])
   assert_same_losses(runs)
   return result

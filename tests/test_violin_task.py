@@ -214,9 +214,9 @@ def test_meshes_8x1_and_2x4_give_the_losses_of_the_4x2_run(world, straight_run):
   c = _config(world)
   steps = mesh_equivalence.STEPS
   eight = mesh_equivalence.train(c, (8, 1), steps)
-  runs = {(8, 1): eight[:3], (2, 4): mesh_equivalence.train(c, (2, 4), steps, initial=eight[3])[:3]}
+  runs = {(8, 1): eight, (2, 4): mesh_equivalence.train(c, (2, 4), steps, initial=eight.initial)}
   _, ckpt = checkpointing.load_checkpoint_arrays(workdir, c.total_steps)
-  runs[MESH] = ([h["loss"] for h in _history(workdir)][:steps], eight[1], ckpt["frozen"])
+  runs[MESH] = mesh_equivalence.Run([h["loss"] for h in _history(workdir)][:steps], eight.initial, ckpt["frozen"])
   mesh_equivalence.assert_same_losses(runs, reference_shape=MESH, steps=steps)
 
 
