@@ -10,9 +10,11 @@ Each row is the arguments of one `launch/aot_check.py` run (config, `--config.` 
 its own process, one at a time: the trainer's own train step, lowered and compiled with no data batches and no
 weights (evqa_jax/train/aot.py; a TPU topology needs libtpu, not a TPU). To the check's report (per device: argument
 / output / temp / alias bytes, the peak estimate, XLA's FLOPs and bytes accessed, compile seconds) the row adds the
-chip's HBM and whether the peak fits in it, and the roofline: step time max(FLOPs / peak FLOP/s, bytes / HBM
-bandwidth) with the chip's published peak (benchmarks/gpu_mfu.py PEAK_FLOPS; HBM: aot.CHIP_HBM), and the MFU
-ceiling it implies (XLA's FLOPs, backward and optimizer included, so it bounds MFU from above). A row that fails
+chip's HBM and whether the peak fits in it, the machine and its load while the row compiled (the table quotes
+compile seconds only from a row whose machine was otherwise idle: `compile_seconds_usable`), and the roofline: step
+time max(FLOPs / peak FLOP/s, bytes / HBM bandwidth) with the chip's published peak (benchmarks/gpu_mfu.py
+PEAK_FLOPS; HBM: aot.CHIP_HBM), and the MFU ceiling it implies (XLA's FLOPs, backward and optimizer included, so it
+bounds MFU from above). A row that fails
 to compile is kept, with its error: a failure is a finding. Rows are appended to --out as they finish (so a long
 table survives an interruption), each with its exact command.
 """
@@ -30,6 +32,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import gpu_mfu  # noqa: E402  pylint: disable=wrong-import-position
+import machine  # noqa: E402  pylint: disable=wrong-import-position
 
 GIB = 2**30
 
@@ -39,13 +42,19 @@ def run_row(args_text: str, timeout: float) -> dict:
   argv = shlex.split(args_text)
   command = "python launch/aot_check.py " + args_text
   t0 = time.time()
+  monitor = machine.Monitor()
   try:
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "launch", "aot_check.py")] + argv, cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout,
-                          env=dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu")))
+    with monitor.block(command):
+      proc = subprocess.run([sys.executable, os.path.join(ROOT, "launch", "aot_check.py")] + argv, cwd=ROOT,
+                            capture_output=True, text=True, timeout=timeout,
+                            env=dict(os.environ, PYTHONPATH=ROOT,
+                                     JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu")))
   except subprocess.TimeoutExpired:
     return {"command": command, "error": f"timed out after {timeout:.0f} s"}
-  row = {"command": command, "wall_s": round(time.time() - t0, 1)}
+  # The compile's wall time is a speed figure: quotable only when nothing else ran (benchmarks/machine.py).
+  verdict = monitor.report(log=False)
+  row = {"command": command, "wall_s": round(time.time() - t0, 1), "machine": verdict["machine"],
+         "load": verdict["load"], "compile_seconds_usable": verdict["usable"]}
   lines = [l for l in proc.stdout.splitlines() if l.startswith("{")]
   if proc.returncode != 0 or not lines:
     err = [l for l in proc.stderr.strip().splitlines() if l.strip()]
@@ -75,9 +84,10 @@ def markdown(rows) -> str:
     flops = f"{r['flops']:.3g}" if r.get("flops") else ""
     roof = f"{r['roofline_step_s']:.3g} ({r['roofline_bound']})" if "roofline_step_s" in r else ""
     mfu = f"{r['mfu_ceiling']:.2f}" if "mfu_ceiling" in r else ""
+    compile_s = r["compile_seconds"] if r.get("compile_seconds_usable") else "–"  # busy machine: not quoted
     out.append(f"| {cmd} | {r['device_kind']} x {r['devices']} | {mesh} | {g('argument_size_in_bytes')} | "
                f"{g('temp_size_in_bytes')} | {g('peak_estimate_bytes')}{hbm} | {fits} | {flops} | "
-               f"{r['compile_seconds']} | {roof} | {mfu} |")
+               f"{compile_s} | {roof} | {mfu} |")
   return "\n".join(out)
 
 

@@ -60,6 +60,31 @@ def test_block_measures_own_cpu_not_as_foreign():
   assert report["load"]["blocks"] == mon.blocks
 
 
+def test_block_counts_a_waited_for_child_as_own_cpu():
+  """compile_table.py times each launch/aot_check.py run as a child process: its CPU is the block's own, not foreign
+  (else every compile row would call itself unusable)."""
+  mon = machine.Monitor()
+  spin = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5:\n  pass\n"
+  with mon.block("child"):
+    subprocess.run([sys.executable, "-c", spin], check=True)
+  (rec,) = mon.blocks
+  assert rec["own_cores"] * rec["wall_s"] >= 0.5
+
+
+def test_compile_table_quotes_compile_seconds_only_from_an_idle_machine():
+  import compile_table  # pylint: disable=g-import-not-at-top
+  row = {"command": "python launch/aot_check.py --mesh=4x1", "device_kind": "TPU v5 lite", "devices": 4,
+         "mesh": {"data": 4, "model": 1}, "argument_size_in_bytes": 2**30, "temp_size_in_bytes": 2**31,
+         "peak_estimate_bytes": 3 * 2**30, "hbm_bytes": 16 * 2**30, "fits": True, "flops": 1.5e12,
+         "compile_seconds": 123.4, "roofline_step_s": 0.5, "roofline_bound": "memory", "mfu_ceiling": 0.1}
+  busy, idle = (compile_table.markdown([dict(row, compile_seconds_usable=u)]).splitlines()[-1] for u in (False, True))
+  assert busy.split(" | ")[1:] == ["TPU v5 lite x 4", "4 x 1", "1.00", "2.00", "3.00 / 16", "yes", "1.5e+12", "–",
+                                   "0.5 (memory)", "0.10 |"]
+  assert idle.split(" | ")[8] == "123.4"
+  # Rows written before the load was recorded have no verdict: not quoted either.
+  assert compile_table.markdown([row]).splitlines()[-1].split(" | ")[8] == "–"
+
+
 def test_ovqa_vs_torch_runs_end_to_end(tmp_path):
   pytest.importorskip("torch")
   pytest.importorskip("transformers")

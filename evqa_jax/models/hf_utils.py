@@ -65,7 +65,11 @@ _ST_DTYPES = {
 def _read_safetensors(path: str) -> Dict[str, np.ndarray]:
   """Parses a .safetensors file: 8-byte little-endian header size, JSON header, raw little-endian data."""
   with open(path, "rb") as f:
-    raw = f.read()
+    # One writable buffer: the tensors below are views into it (no per-tensor copy on little-endian hosts).
+    raw = bytearray(os.fstat(f.fileno()).st_size)
+    got = f.readinto(raw)
+  if got != len(raw):
+    raise ValueError(f"{path}: short read ({got} of {len(raw)} bytes)")
   if len(raw) < 8:
     raise ValueError(f"{path}: not a safetensors file (shorter than its 8-byte header size)")
   (header_size,) = struct.unpack("<Q", raw[:8])
@@ -92,8 +96,8 @@ def _read_safetensors(path: str) -> Dict[str, np.ndarray]:
     arr = arr.reshape(shape)
     if arr.dtype in (np.float16, np.float64):
       arr = arr.astype(np.float32)
-    else:
-      arr = arr.astype(arr.dtype.newbyteorder("="), copy=True)  # own the memory, native order
+    elif not arr.dtype.isnative:
+      arr = arr.astype(arr.dtype.newbyteorder("="))  # big-endian host: native order
     out[name] = arr
   return out
 
@@ -345,7 +349,7 @@ def assemble(expected: Mapping[str, Any], ckpt: Mapping[str, np.ndarray], rules:
       except ValueError as e:
         raise ValueError(f"{source}: cannot convert {list(rule.keys)} into parameter {path!r}: {e}") from e
       check_shape(path, rule.keys, value, ref.shape, source, ckpt)
-      out[path] = value.astype(np.dtype(ref.dtype))
+      out[path] = value.astype(np.dtype(ref.dtype), copy=False)
       used.update(rule.keys)
       report.loaded.append(path)
     else:
