@@ -187,3 +187,16 @@ def test_profile_classifies_hlo_instructions():
   # Overlapping op intervals (two threads) count once in the busy time; shares are of the summed op time.
   assert prof.union_ns([(0, 10), (5, 10), (30, 5)]) == 20
   assert prof.shares({"matmul": 3.0, "softmax": 1.0}) == {"matmul": 0.75, "softmax": 0.25}
+
+
+def test_toeplitz_backward_compares_scan_and_gathers(monkeypatch):
+  """benchmarks/toeplitz_backward.py at tiny shapes: both backwards compiled and timed side by side, the same
+  gradients (runs of one at 8 tokens: a permutation either way), and the module's default restored."""
+  import toeplitz_backward  # pylint: disable=g-import-not-at-top
+  from evqa_jax.models import deberta_v2  # pylint: disable=g-import-not-at-top
+  out = toeplitz_backward.main(["--deberta-layers", "1", "--batch", "2", "--text-len", "6", "--frames", "2",
+                                "--rounds", "2", "--steps", "1"])
+  assert out["setting"]["tokens"] == 8 and deberta_v2.MAX_GATHERED_RUN == out["setting"]["max_gathered_run"] == 8
+  assert {k: len(v) for k, v in out["seconds_per_gradient_blocks"].items()} == {"scan": 2, "gathers": 2}
+  assert out["max_abs_gradient_difference"] == 0.0
+  assert [b["label"] for b in out["load"]["blocks"]] == ["scan/0", "gathers/0", "gathers/1", "scan/1"]
