@@ -15,8 +15,10 @@ compile seconds only from a row whose machine was otherwise idle: `compile_secon
 time max(FLOPs / peak FLOP/s, bytes / HBM bandwidth) with the chip's published peak (benchmarks/gpu_mfu.py
 PEAK_FLOPS; HBM: aot.CHIP_HBM), and the MFU ceiling it implies (XLA's FLOPs, backward and optimizer included, so it
 bounds MFU from above). A row that fails
-to compile is kept, with its error: a failure is a finding. Rows are appended to --out as they finish (so a long
-table survives an interruption), each with its exact command.
+to compile is kept, with its error: a failure is a finding. Rows are written to --out as they finish (so a long
+table survives an interruption), each with its exact command and the git commit it compiled: a new row replaces the
+row of the same command in place (the table holds each command's latest compile), others are appended; the file is
+rewritten through a temporary file and a rename, never left half-written.
 """
 
 import argparse
@@ -94,7 +96,7 @@ def markdown(rows) -> str:
 def main():
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("rows", nargs="*", help="one quoted launch/aot_check.py argument string per row")
-  parser.add_argument("--out", help="append each row's JSON line to this file")
+  parser.add_argument("--out", help="write each row's JSON line to this file (replacing the same command's row)")
   parser.add_argument("--timeout", type=float, default=3600, help="seconds per row")
   parser.add_argument("--markdown", metavar="JSONL", help="print the Markdown table of a JSONL file and exit")
   args = parser.parse_args()
@@ -109,11 +111,35 @@ def main():
     line = json.dumps(row, sort_keys=True)
     print(line, flush=True)
     if args.out:
-      os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-      with open(args.out, "a") as f:  # appended line by line: finished rows survive an interrupted table
-        f.write(line + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+      write_row(args.out, row)
+
+
+def write_row(path: str, row: dict) -> None:
+  """Puts `row` into the JSONL table at `path`: in place of the row with the same command, else at the end.
+  Written row by row (finished rows survive an interrupted table), each time through a temp file + rename."""
+  rows = []
+  if os.path.exists(path):
+    with open(path) as f:
+      for n, text in enumerate(f, 1):
+        if text.strip():
+          try:
+            rows.append(json.loads(text))
+          except json.JSONDecodeError as e:
+            raise SystemExit(f"{path}:{n}: not a JSON line ({e}); fix or move the file before adding rows") from e
+  same = [i for i, r in enumerate(rows) if r.get("command") == row["command"]]
+  if same:
+    rows[same[0]] = row
+    rows = [r for i, r in enumerate(rows) if i not in same[1:]]
+  else:
+    rows.append(row)
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  tmp = f"{path}.tmp.{os.getpid()}"
+  with open(tmp, "w") as f:
+    for r in rows:
+      f.write(json.dumps(r, sort_keys=True) + "\n")
+    f.flush()
+    os.fsync(f.fileno())
+  os.replace(tmp, path)
 
 
 if __name__ == "__main__":

@@ -9,10 +9,12 @@ unequally, so ratios measured under load are not ratios of the idle machine. So 
     ...
   result.update(mon.report())                   # {"machine": describe(), "load": ..., "usable": bool, ...}
 
-A block records the 1-minute load average before and after it, its wall time, and the CPU that processes OTHER
+A block records the 1-minute load average before and after it, its wall time, the CPU that processes OTHER
 than this one (and its reaped children) used during it, in cores: (busy jiffies of the whole machine in
-/proc/stat - this process's CPU time) / wall. A run is `usable` only when, in every block, that foreign CPU stayed
-at or under `max_foreign_cores` and the load average at or under `max_load_per_core` x cores. The load average is
+/proc/stat - this process's CPU time) / wall, and the hypervisor's steal in cores (time this VM's virtual CPUs
+were runnable but the host ran something else: a neighbour on the host slows every side without showing up as a
+process here). A run is `usable` only when, in every block, the foreign CPU stayed at or under `max_foreign_cores`,
+the steal at or under `max_steal_cores` and the load average at or under `max_load_per_core` x cores. The load average is
 the issue's rule of thumb (it counts this benchmark's own threads too, and lags by a minute); the foreign CPU is
 the sharper test. An unusable run still prints its figures, marked so in the JSON and on stderr.
 """
@@ -20,6 +22,7 @@ the sharper test. An unusable run still prints its figures, marked so in the JSO
 import importlib.metadata
 import os
 import platform
+import subprocess
 import sys
 import time
 
@@ -28,6 +31,7 @@ PACKAGES = ("jax", "jaxlib", "flax", "optax", "numpy", "torch", "transformers")
 CPU_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16", "avx512_fp16",
              "avx_vnni", "amx_tile", "amx_bf16", "amx_int8")
 DEFAULT_MAX_FOREIGN_CORES = 0.2
+DEFAULT_MAX_STEAL_CORES = 0.2
 DEFAULT_MAX_LOAD_PER_CORE = 1.0
 
 
@@ -63,17 +67,36 @@ def describe() -> dict:
           "cpu_flags": [f for f in CPU_FLAGS if f in flags], "hypervisor": "hypervisor" in flags,
           "cpu_count": os.cpu_count(), "usable_cores": usable_cores, "platform": platform.platform(),
           "versions": versions, "xla_flags": os.environ.get("XLA_FLAGS", ""),
-          "threads_env": {k: os.environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS") if k in os.environ}}
+          "threads_env": {k: os.environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS") if k in os.environ},
+          "git_commit": git_commit()}
 
 
-def _busy_seconds():
-  """CPU seconds the whole machine has spent busy (all cores, idle and iowait excluded), or None off Linux."""
+def git_commit(root: str = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) -> str | None:
+  """The repository's HEAD commit, with "+dirty" when tracked files differ from it (None outside a git checkout),
+  so that a figure names the code it timed."""
+  try:
+    head = subprocess.run(["git", "-C", root, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+    if head.returncode:
+      return None
+    dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True, timeout=10)
+  except (OSError, subprocess.SubprocessError):
+    return None
+  return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
+def _cpu_seconds():
+  """(busy, steal) CPU seconds of the whole machine (all cores) from /proc/stat's first line, or (None, None) off
+  Linux. busy = user + nice + system + irq + softirq (guest time is already inside user/nice); steal = time the
+  hypervisor gave this VM's runnable virtual CPUs to someone else."""
   try:
     with open("/proc/stat") as f:
       v = [int(x) for x in f.readline().split()[1:]]
   except OSError:
-    return None
-  return (sum(v) - v[3] - v[4]) / os.sysconf("SC_CLK_TCK")
+    return None, None
+  v += [0] * (8 - len(v))
+  tick = os.sysconf("SC_CLK_TCK")
+  return (v[0] + v[1] + v[2] + v[5] + v[6]) / tick, v[7] / tick
 
 
 def _own_seconds() -> float:
@@ -96,16 +119,18 @@ class Block:
 
   def __enter__(self):
     self._load = load1()
-    self._busy, self._own, self._t = _busy_seconds(), _own_seconds(), time.perf_counter()
+    (self._busy, self._steal), self._own, self._t = _cpu_seconds(), _own_seconds(), time.perf_counter()
     return self
 
   def __exit__(self, *exc):
     wall = max(time.perf_counter() - self._t, 1e-9)
-    busy, own = _busy_seconds(), _own_seconds() - self._own
+    (busy, steal), own = _cpu_seconds(), _own_seconds() - self._own
     foreign = None if busy is None else max(0.0, busy - self._busy - own) / wall
+    steal = None if steal is None else max(0.0, steal - self._steal) / wall
     self.record = {"label": self.label, "wall_s": round(wall, 4), "load1_before": round(self._load, 2),
                    "load1_after": round(load1(), 2), "own_cores": round(own / wall, 3),
-                   "foreign_cores": None if foreign is None else round(foreign, 3)}
+                   "foreign_cores": None if foreign is None else round(foreign, 3),
+                   "steal_cores": None if steal is None else round(steal, 3)}
     if self._sink is not None:
       self._sink.append(self.record)
     return False
@@ -115,8 +140,10 @@ class Monitor:
   """Collects the blocks of one benchmark run and gives the `usable` verdict over all of them."""
 
   def __init__(self, max_foreign_cores: float = DEFAULT_MAX_FOREIGN_CORES,
-               max_load_per_core: float = DEFAULT_MAX_LOAD_PER_CORE):
+               max_load_per_core: float = DEFAULT_MAX_LOAD_PER_CORE,
+               max_steal_cores: float = DEFAULT_MAX_STEAL_CORES):
     self.max_foreign_cores = max_foreign_cores
+    self.max_steal_cores = max_steal_cores
     self.max_load_per_core = max_load_per_core
     self.blocks = []
     self.start_load1 = load1()
@@ -140,20 +167,29 @@ class Monitor:
     if noisy:
       reasons.append(f"other processes used more than {self.max_foreign_cores} cores during {len(noisy)} of "
                      f"{len(self.blocks)} timed blocks (max {max(foreign):.2f}; first: {noisy[0]})")
+    # Blocks recorded before steal was measured have no "steal_cores": they are judged on the rest.
+    steal = [b["steal_cores"] for b in self.blocks if b.get("steal_cores") is not None]
+    stolen = [b["label"] for b in self.blocks if (b.get("steal_cores") or 0.0) > self.max_steal_cores]
+    if stolen:
+      reasons.append(f"the hypervisor stole more than {self.max_steal_cores} cores during {len(stolen)} of "
+                     f"{len(self.blocks)} timed blocks (max {max(steal):.2f}; first: {stolen[0]})")
     if self.blocks and not foreign:
       reasons.append("foreign CPU could not be measured (no /proc/stat)")
     return {"usable": not reasons, "reasons": reasons, "load1_max_per_core": round(load_max, 3),
             "foreign_cores_max": round(max(foreign), 3) if foreign else None,
             "foreign_cores_mean": round(sum(foreign) / len(foreign), 3) if foreign else None,
-            "thresholds": {"max_foreign_cores": self.max_foreign_cores, "max_load_per_core": self.max_load_per_core}}
+            "steal_cores_max": round(max(steal), 3) if steal else None,
+            "steal_cores_mean": round(sum(steal) / len(steal), 3) if steal else None,
+            "thresholds": {"max_foreign_cores": self.max_foreign_cores, "max_load_per_core": self.max_load_per_core,
+                           "max_steal_cores": self.max_steal_cores}}
 
   def report(self, log=True) -> dict:
     """{"machine", "load": {verdict + blocks}, "usable"} for the benchmark's JSON; prints the verdict to stderr."""
     v = self.verdict()
     if log:
       if v["usable"]:
-        print(f"[machine] usable: foreign CPU max {v['foreign_cores_max']} cores, load {v['load1_max_per_core']} "
-              "per core", file=sys.stderr, flush=True)
+        print(f"[machine] usable: foreign CPU max {v['foreign_cores_max']} cores, steal max {v['steal_cores_max']} "
+              f"cores, load {v['load1_max_per_core']} per core", file=sys.stderr, flush=True)
       else:
         print("[machine] UNUSABLE for quoting (machine busy): " + "; ".join(v["reasons"]), file=sys.stderr,
               flush=True)
@@ -166,7 +202,9 @@ def add_arguments(parser) -> None:
                       help="a timed block with more CPU used by other processes (in cores) makes the run unusable")
   parser.add_argument("--max-load-per-core", type=float, default=DEFAULT_MAX_LOAD_PER_CORE,
                       help="a 1-minute load average above this x cores makes the run unusable")
+  parser.add_argument("--max-steal-cores", type=float, default=DEFAULT_MAX_STEAL_CORES,
+                      help="a timed block with more hypervisor steal (in cores) makes the run unusable")
 
 
 def monitor_from_args(args) -> Monitor:
-  return Monitor(args.max_foreign_cores, args.max_load_per_core)
+  return Monitor(args.max_foreign_cores, args.max_load_per_core, args.max_steal_cores)

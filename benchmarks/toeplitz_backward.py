@@ -7,6 +7,13 @@ Compiles the gradient of the DeBERTa-v2 encoder (DeBERTa-v3-xsmall shapes, the O
 segmented associative scan (`MAX_GATHERED_RUN = 0`) and once with the default per-position gathers, then times them
 in alternating blocks (median block, seconds per gradient) and reports the largest gradient difference. Prints
 one JSON object with the machine and the load verdict (benchmarks/machine.py).
+
+    python benchmarks/toeplitz_backward.py --gather-only [--out FILE]
+
+Times the relative gather alone instead: the gradient of one c2p gather, x [batch, heads, L, rows] -> [batch,
+heads, L, L] with the encoder's own index at these shapes (L = text + visual tokens, rows = the relative embedding
+rows that L reaches), three ways side by side: `toeplitz_gather` with the scan backward, with the gathers, and
+`jnp.take_along_axis` (whose backward is a scatter-add; what the encoder used before toeplitz_gather).
 """
 
 import argparse
@@ -27,6 +34,8 @@ def main(argv=None) -> dict:
   ovqa_vs_torch.add_model_arguments(parser)
   parser.add_argument("--rounds", type=int, default=4, help="timed blocks per side")
   parser.add_argument("--steps", type=int, default=3, help="gradients per timed block")
+  parser.add_argument("--gather-only", action="store_true",
+                      help="time the gradient of one relative gather (scan / gathers / take_along_axis), not the encoder")
   parser.add_argument("--out", default="")
   machine.add_arguments(parser)
   args = parser.parse_args(argv)
@@ -38,17 +47,42 @@ def main(argv=None) -> dict:
 
   cfg = deberta_v2.DebertaV2Config.from_dict(ovqa_vs_torch.deberta_shape(args))
   length = args.text_len + args.frames
-  emb = jnp.asarray(np.random.default_rng(0).standard_normal((args.batch, length, cfg.hidden_size)), jnp.float32)
-  valid = jnp.ones((args.batch, length), bool)
-  encoder = deberta_v2.DebertaV2Encoder(cfg)
-  params = encoder.init(jax.random.key(0), emb, valid)
+  rng = np.random.default_rng(0)
   default = deberta_v2.MAX_GATHERED_RUN
+  if args.gather_only:
+    index = deberta_v2.relative_position_index(cfg, length)
+    index = index - index.min()
+    rows = int(index.max()) + 1
+    diag = deberta_v2.toeplitz_diagonal(index)
+    shape = (args.batch, cfg.num_attention_heads, length, rows)
+    x = jnp.asarray(rng.standard_normal(shape), jnp.float32)
+    weight = jnp.asarray(rng.standard_normal(shape[:-1] + (length,)), jnp.float32)  # a dense cotangent
+    sides = {"scan": (lambda v: deberta_v2.toeplitz_gather(v, diag), 0),
+             "gathers": (lambda v: deberta_v2.toeplitz_gather(v, diag), default),
+             "take_along_axis": (lambda v: jnp.take_along_axis(v, jnp.asarray(index)[None, None], axis=-1), default)}
+    args_of = (x,)
+
+    def gradient(f):
+      return jax.jit(jax.grad(lambda v: (f(v) * weight).sum()))
+    setting = {"batch": args.batch, "heads": cfg.num_attention_heads, "tokens": length, "rows": rows,
+               "x_shape": list(shape), "max_gathered_run": default, "gather_only": True}
+  else:
+    emb = jnp.asarray(rng.standard_normal((args.batch, length, cfg.hidden_size)), jnp.float32)
+    valid = jnp.ones((args.batch, length), bool)
+    encoder = deberta_v2.DebertaV2Encoder(cfg)
+    params = encoder.init(jax.random.key(0), emb, valid)
+    sides = {"scan": (None, 0), "gathers": (None, default)}
+    args_of = (params, emb)
+
+    def gradient(_):
+      return jax.jit(jax.grad(lambda p, e: (encoder.apply(p, e, valid)[0] ** 2).sum(), argnums=(0, 1)))
+    setting = {"batch": args.batch, "tokens": length, "deberta_layers": cfg.num_hidden_layers,
+               "hidden": cfg.hidden_size, "max_gathered_run": default}
   compiled = {}
-  for name, max_run in (("scan", 0), ("gathers", default)):
+  for name, (f, max_run) in sides.items():
     deberta_v2.MAX_GATHERED_RUN = max_run  # read when the backward is traced
     try:
-      grad = jax.jit(jax.grad(lambda p, e: (encoder.apply(p, e, valid)[0] ** 2).sum(), argnums=(0, 1)))
-      compiled[name] = grad.lower(params, emb).compile()
+      compiled[name] = gradient(f).lower(*args_of).compile()
     finally:
       deberta_v2.MAX_GATHERED_RUN = default
   monitor = machine.monitor_from_args(args)
@@ -56,19 +90,19 @@ def main(argv=None) -> dict:
   for r in range(args.rounds):
     for name in (list(compiled) if r % 2 == 0 else list(compiled)[::-1]):
       fn = compiled[name]
-      jax.block_until_ready(fn(params, emb))
+      jax.block_until_ready(fn(*args_of))
       with monitor.block(f"{name}/{r}") as block:
         for _ in range(args.steps):
-          jax.block_until_ready(fn(params, emb))
+          jax.block_until_ready(fn(*args_of))
       seconds[name].append(block.record["wall_s"] / args.steps)
-  a, b = compiled["scan"](params, emb), compiled["gathers"](params, emb)
-  out = {"benchmark": "toeplitz_backward",
-         "setting": {"batch": args.batch, "tokens": length, "deberta_layers": cfg.num_hidden_layers,
-                     "hidden": cfg.hidden_size, "max_gathered_run": default},
+  reference = jax.tree.leaves(compiled["gathers"](*args_of))
+  difference = {name: float(max(jnp.max(jnp.abs(a - b)) for a, b in zip(jax.tree.leaves(fn(*args_of)), reference)))
+                for name, fn in compiled.items() if name != "gathers"}
+  out = {"benchmark": "toeplitz_backward", "setting": setting,
          "seconds_per_gradient": {name: float(np.median(v)) for name, v in seconds.items()},
          "seconds_per_gradient_blocks": seconds,
-         "max_abs_gradient_difference": float(max(jnp.max(jnp.abs(x - y))
-                                                  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b))))}
+         # largest |gradient - gradient with the gathers| over all leaves, per side
+         "max_abs_gradient_difference": difference}
   out.update(monitor.report())
   line = json.dumps(out)
   print(line)

@@ -22,6 +22,9 @@ config_flags.DEFINE_config_file("config", None, "Experiment config file (configs
 flags.DEFINE_string("mesh", None, "Mesh shape, e.g. 4x2 (data x model); default: config.mesh_shape.")
 flags.DEFINE_string("topology", None, "Target TPU topology, e.g. v5e:2x4 (compiles for devices not present).")
 flags.DEFINE_integer("fake_cpu_devices", None, "Simulate this many CPU devices (sets XLA_FLAGS before JAX starts).")
+flags.DEFINE_integer("deberta_max_gathered_run", None,
+                     "Diagnostic: evqa_jax.models.deberta_v2.MAX_GATHERED_RUN for this compile (0: the relative "
+                     "gather's backward as the segmented scan it used before the per-position gathers).")
 flags.mark_flags_as_required(["config"])
 FLAGS = flags.FLAGS
 
@@ -38,6 +41,8 @@ def parse_mesh(text: str) -> tuple:
 
 def main(argv):
   del argv
+  if FLAGS.deberta_max_gathered_run is not None and FLAGS.deberta_max_gathered_run < 0:
+    raise app.UsageError(f"--deberta_max_gathered_run={FLAGS.deberta_max_gathered_run}: must be >= 0")
   if not FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)
   if FLAGS.fake_cpu_devices:
@@ -50,6 +55,9 @@ def main(argv):
     # Compiling for a TPU topology needs libtpu, not a TPU: waive its host-wide lock (other JAX jobs may hold it).
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
   from evqa_jax.train import aot
+  if FLAGS.deberta_max_gathered_run is not None:
+    from evqa_jax.models import deberta_v2
+    deberta_v2.MAX_GATHERED_RUN = FLAGS.deberta_max_gathered_run  # read when the backward is traced
   mesh = parse_mesh(FLAGS.mesh) if FLAGS.mesh else None
   report = aot.compile_train_step(FLAGS.config, mesh_shape=mesh, topology=FLAGS.topology)
   print(json.dumps(report, sort_keys=True), flush=True)

@@ -39,6 +39,22 @@ def test_verdict_hand_computed(monkeypatch):
   assert not machine.Monitor().verdict()["usable"]  # nothing timed: nothing to quote
 
 
+def test_verdict_counts_hypervisor_steal(monkeypatch):
+  """Steal (the host running someone else on this VM's cores) is its own reason, separate from foreign processes;
+  blocks recorded before steal was measured (no "steal_cores") are judged on the rest."""
+  monkeypatch.setattr(os, "cpu_count", lambda: 2)
+  mon = machine.Monitor(max_foreign_cores=0.2, max_load_per_core=1.0, max_steal_cores=0.2)
+  mon.start_load1 = 0.4
+  mon.blocks = [_block("old", 0.0), dict(_block("a", 0.1), steal_cores=0.2)]
+  v = mon.verdict()
+  assert v["usable"] and v["steal_cores_max"] == 0.2 and v["steal_cores_mean"] == 0.2
+  mon.blocks += [dict(_block("b", 0.0), steal_cores=0.5), dict(_block("c", 0.0), steal_cores=0.3)]
+  v = mon.verdict()
+  assert not v["usable"] and v["reasons"] == [
+      "the hypervisor stole more than 0.2 cores during 2 of 4 timed blocks (max 0.50; first: b)"]
+  assert v["steal_cores_mean"] == round((0.2 + 0.5 + 0.3) / 3, 3) and v["thresholds"]["max_steal_cores"] == 0.2
+
+
 def test_block_measures_own_cpu_not_as_foreign():
   mon = machine.Monitor()
   with mon.block("spin"):
@@ -52,11 +68,15 @@ def test_block_measures_own_cpu_not_as_foreign():
   # The loop's CPU is this process's own (to the 10 ms tick of os.times), whatever else the machine runs.
   assert abs(rec["own_cores"] * rec["wall_s"] - cpu) < 0.03
   assert 0.0 <= rec["foreign_cores"] <= os.cpu_count() + 0.1
+  assert 0.0 <= rec["steal_cores"] <= os.cpu_count() + 0.1
   report = mon.report(log=False)
   assert set(report) == {"machine", "load", "usable"}
   m = report["machine"]
   assert m["cpu_count"] == os.cpu_count() and m["usable_cores"] >= 1 and m["cpu_model"]
   assert set(machine.PACKAGES) <= set(m["versions"]) and m["versions"]["jax"]
+  if os.path.isdir(os.path.join(REPO, ".git")) or os.path.isfile(os.path.join(REPO, ".git")):
+    head = subprocess.run(["git", "-C", REPO, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert m["git_commit"].split("+")[0] == head and len(head) == 40
   assert report["load"]["blocks"] == mon.blocks
 
 
@@ -83,6 +103,33 @@ def test_compile_table_quotes_compile_seconds_only_from_an_idle_machine():
   assert idle.split(" | ")[8] == "123.4"
   # Rows written before the load was recorded have no verdict: not quoted either.
   assert compile_table.markdown([row]).splitlines()[-1].split(" | ")[8] == "–"
+
+
+def test_compile_table_row_replaces_the_same_command(tmp_path):
+  """A recompiled command replaces its row in place (the table holds each command's latest compile); a new command
+  is appended; a file that is not JSON lines is refused with its line number and left as it was."""
+  import compile_table  # pylint: disable=g-import-not-at-top
+  path = str(tmp_path / "table.jsonl")
+  for row in ({"command": "a", "v": 1}, {"command": "b", "v": 1}, {"command": "a", "v": 2}, {"command": "c", "v": 1}):
+    compile_table.write_row(path, row)
+  with open(path) as f:
+    assert [json.loads(l) for l in f] == [{"command": "a", "v": 2}, {"command": "b", "v": 1}, {"command": "c", "v": 1}]
+  assert os.listdir(tmp_path) == ["table.jsonl"]  # no temp file left behind
+  with open(path, "a") as f:
+    f.write("not json\n")
+  with open(path) as f:
+    before = f.read()
+  with pytest.raises(SystemExit, match=r"table\.jsonl:4: not a JSON line"):
+    compile_table.write_row(path, {"command": "d"})
+  with open(path) as f:
+    assert f.read() == before
+
+
+def test_aot_check_refuses_a_negative_gathered_run():
+  out = subprocess.run([sys.executable, os.path.join(REPO, "launch", "aot_check.py"),
+                        "--config=configs/ovqa_msrvtt.py:tiny", "--deberta_max_gathered_run=-1"], cwd=REPO,
+                       capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=REPO))
+  assert out.returncode != 0 and "--deberta_max_gathered_run=-1: must be >= 0" in out.stderr
 
 
 def test_ovqa_vs_torch_runs_end_to_end(tmp_path):
@@ -198,5 +245,13 @@ def test_toeplitz_backward_compares_scan_and_gathers(monkeypatch):
                                 "--rounds", "2", "--steps", "1"])
   assert out["setting"]["tokens"] == 8 and deberta_v2.MAX_GATHERED_RUN == out["setting"]["max_gathered_run"] == 8
   assert {k: len(v) for k, v in out["seconds_per_gradient_blocks"].items()} == {"scan": 2, "gathers": 2}
-  assert out["max_abs_gradient_difference"] == 0.0
+  assert out["max_abs_gradient_difference"] == {"scan": 0.0}
   assert [b["label"] for b in out["load"]["blocks"]] == ["scan/0", "gathers/0", "gathers/1", "scan/1"]
+  # --gather-only: one relative gather's gradient, three ways, the encoder's index at 8 tokens (15 rows).
+  out = toeplitz_backward.main(["--deberta-layers", "1", "--batch", "2", "--text-len", "6", "--frames", "2",
+                                "--rounds", "1", "--steps", "1", "--gather-only"])
+  heads = toeplitz_backward.ovqa_vs_torch.DEBERTA_XSMALL["num_attention_heads"]
+  assert out["setting"]["x_shape"] == [2, heads, 8, 15]
+  assert out["max_abs_gradient_difference"] == {"scan": 0.0, "take_along_axis": 0.0}
+  assert [b["label"] for b in out["load"]["blocks"]] == ["scan/0", "gathers/0", "take_along_axis/0"]
+  assert deberta_v2.MAX_GATHERED_RUN == 8
