@@ -31,7 +31,7 @@ PACKAGES = ("jax", "jaxlib", "flax", "optax", "numpy", "torch", "transformers")
 CPU_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16", "avx512_fp16",
              "avx_vnni", "amx_tile", "amx_bf16", "amx_int8")
 DEFAULT_MAX_FOREIGN_CORES = 0.2
-DEFAULT_MAX_STEAL_CORES = 0.2
+DEFAULT_MAX_STEAL_CORES = 0.1
 DEFAULT_MAX_LOAD_PER_CORE = 1.0
 
 
