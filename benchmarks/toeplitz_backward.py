@@ -33,12 +33,16 @@ def main(argv=None) -> dict:
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   ovqa_vs_torch.add_model_arguments(parser)
   parser.add_argument("--rounds", type=int, default=4, help="timed blocks per side")
-  parser.add_argument("--steps", type=int, default=3, help="gradients per timed block")
+  parser.add_argument("--steps", type=int, default=None,
+                      help="gradients per timed block (default 3; 500 with --gather-only, whose gradient takes ~2 ms: "
+                           "a block must be long against the 10 ms CPU-time tick of the load check)")
   parser.add_argument("--gather-only", action="store_true",
                       help="time the gradient of one relative gather (scan / gathers / take_along_axis), not the encoder")
   parser.add_argument("--out", default="")
   machine.add_arguments(parser)
   args = parser.parse_args(argv)
+  if args.steps is None:
+    args.steps = 500 if args.gather_only else 3
 
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
