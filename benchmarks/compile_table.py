@@ -132,14 +132,8 @@ def write_row(path: str, row: dict) -> None:
     rows = [r for i, r in enumerate(rows) if i not in same[1:]]
   else:
     rows.append(row)
-  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  tmp = f"{path}.tmp.{os.getpid()}"
-  with open(tmp, "w") as f:
-    for r in rows:
-      f.write(json.dumps(r, sort_keys=True) + "\n")
-    f.flush()
-    os.fsync(f.fileno())
-  os.replace(tmp, path)
+  from evqa_jax import io  # pylint: disable=g-import-not-at-top
+  io.write_text(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))  # temp file + rename
 
 
 if __name__ == "__main__":
