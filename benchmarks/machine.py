@@ -22,7 +22,6 @@ the sharper test. An unusable run still prints its figures, marked so in the JSO
 import importlib.metadata
 import os
 import platform
-import subprocess
 import sys
 import time
 
@@ -30,6 +29,7 @@ PACKAGES = ("jax", "jaxlib", "flax", "optax", "numpy", "torch", "transformers")
 # CPU features that change what XLA / oneDNN generate (vector width, bf16/int8 dot instructions, AMX tiles).
 CPU_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16", "avx512_fp16",
              "avx_vnni", "amx_tile", "amx_bf16", "amx_int8")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_MAX_FOREIGN_CORES = 0.2
 DEFAULT_MAX_STEAL_CORES = 0.1
 DEFAULT_MAX_LOAD_PER_CORE = 1.0
@@ -71,18 +71,16 @@ def describe() -> dict:
           "git_commit": git_commit()}
 
 
-def git_commit(root: str = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) -> str | None:
-  """The repository's HEAD commit, with "+dirty" when tracked files differ from it (None outside a git checkout),
-  so that a figure names the code it timed."""
-  try:
-    head = subprocess.run(["git", "-C", root, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
-    if head.returncode:
-      return None
-    dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
-                           capture_output=True, text=True, timeout=10)
-  except (OSError, subprocess.SubprocessError):
+def git_commit() -> str | None:
+  """The repository's HEAD commit, with "+dirty" when any tracked file differs from it (None outside a git
+  checkout), so that a figure names the code it timed: `evqa_jax.io.code_version` over the whole tree."""
+  if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+  from evqa_jax import io  # pylint: disable=g-import-not-at-top
+  version = io.code_version(paths=())
+  if not version:
     return None
-  return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+  return version["commit"] + ("+dirty" if version["dirty"] else "")
 
 
 def _cpu_seconds():

@@ -110,11 +110,13 @@ def _git(*args, timeout: float = 10.0):
   return out
 
 
-def code_version() -> dict:
-  """{"commit": HEAD, "dirty": the code paths have uncommitted changes} of the git checkout this package runs from;
-  {} outside one. Recorded in every workdir's config.json, so a result can be traced to the code that produced it."""
+def code_version(paths=CODE_PATHS) -> dict:
+  """{"commit": HEAD, "dirty": `paths` have uncommitted changes to tracked files} of the git checkout this package
+  runs from; {} outside one. Recorded in every workdir's config.json (with the code paths: README, tests and
+  benchmarks are not part of a result), and by every benchmark with `paths=()` (the whole tree: a benchmark script is
+  part of its figure), so a result can be traced to the code that produced it."""
   commit = _git("rev-parse", "HEAD")
-  status = _git("status", "--porcelain", "--untracked-files=no", "--", *CODE_PATHS)
+  status = _git("status", "--porcelain", "--untracked-files=no", "--", *paths)
   if commit is None or status is None or commit.returncode != 0 or status.returncode != 0:
     return {}
   return {"commit": commit.stdout.strip(), "dirty": bool(status.stdout.strip())}

@@ -80,6 +80,32 @@ def test_block_measures_own_cpu_not_as_foreign():
   assert report["load"]["blocks"] == mon.blocks
 
 
+def test_git_commit_marks_any_tracked_change_dirty_code_version_only_code(tmp_path, monkeypatch):
+  """A benchmark names the whole tree it ran (its own script is part of the figure); a training run's
+  code_version() looks at the code paths only (a README edit does not make a result "dirty")."""
+  from evqa_jax import io as io_lib
+  git = lambda *a: subprocess.run(["git", "-C", str(tmp_path), *a], check=True, capture_output=True, text=True)  # noqa: E731
+  git("init", "-q")
+  (tmp_path / "evqa_jax").mkdir()
+  (tmp_path / "evqa_jax" / "m.py").write_text("x = 1\n")
+  (tmp_path / "README.md").write_text("r\n")
+  git("add", ".")
+  git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "c")
+  head = git("rev-parse", "HEAD").stdout.strip()
+  monkeypatch.setattr(io_lib, "REPO", str(tmp_path))
+  assert machine.git_commit() == head and io_lib.code_version() == {"commit": head, "dirty": False}
+  (tmp_path / "README.md").write_text("edited\n")
+  assert machine.git_commit() == head + "+dirty"
+  assert io_lib.code_version() == {"commit": head, "dirty": False}
+  (tmp_path / "evqa_jax" / "m.py").write_text("x = 2\n")
+  assert io_lib.code_version() == {"commit": head, "dirty": True}
+  (tmp_path / "untracked.py").write_text("")  # untracked files are not the timed code's
+  git("checkout", "-q", "--", ".")
+  assert machine.git_commit() == head
+  monkeypatch.setattr(io_lib, "REPO", str(tmp_path / "nowhere"))
+  assert machine.git_commit() is None and io_lib.code_version() == {}
+
+
 def test_block_counts_a_waited_for_child_as_own_cpu():
   """compile_table.py times each launch/aot_check.py run as a child process: its CPU is the block's own, not foreign
   (else every compile row would call itself unusable)."""
