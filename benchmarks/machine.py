@@ -72,12 +72,14 @@ def describe() -> dict:
 
 
 def git_commit() -> str | None:
-  """The repository's HEAD commit, with "+dirty" when any tracked file differs from it (None outside a git
-  checkout), so that a figure names the code it timed: `evqa_jax.io.code_version` over the whole tree."""
+  """The repository's HEAD commit, with "+dirty" when the code a figure times (the library, configs, data_prep,
+  launch and the benchmark scripts) differs from it (None outside a git checkout), so that a figure names the code
+  it timed: `evqa_jax.io.code_version` over those paths. Outputs (docs/benchmarks/, e.g. a table a benchmark is
+  writing row by row) and the README are not part of a figure."""
   if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
   from evqa_jax import io  # pylint: disable=g-import-not-at-top
-  version = io.code_version(paths=())
+  version = io.code_version(paths=io.CODE_PATHS + ("benchmarks",))
   if not version:
     return None
   return version["commit"] + ("+dirty" if version["dirty"] else "")

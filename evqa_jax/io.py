@@ -113,8 +113,8 @@ def _git(*args, timeout: float = 10.0):
 def code_version(paths=CODE_PATHS) -> dict:
   """{"commit": HEAD, "dirty": `paths` have uncommitted changes to tracked files} of the git checkout this package
   runs from; {} outside one. Recorded in every workdir's config.json (with the code paths: README, tests and
-  benchmarks are not part of a result), and by every benchmark with `paths=()` (the whole tree: a benchmark script is
-  part of its figure), so a result can be traced to the code that produced it."""
+  benchmarks are not part of a result), and by every benchmark (benchmarks/machine.py: the code paths and
+  benchmarks/, whose scripts are part of their figures), so a result can be traced to the code that produced it."""
   commit = _git("rev-parse", "HEAD")
   status = _git("status", "--porcelain", "--untracked-files=no", "--", *paths)
   if commit is None or status is None or commit.returncode != 0 or status.returncode != 0:

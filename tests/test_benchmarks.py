@@ -80,28 +80,33 @@ def test_block_measures_own_cpu_not_as_foreign():
   assert report["load"]["blocks"] == mon.blocks
 
 
-def test_git_commit_marks_any_tracked_change_dirty_code_version_only_code(tmp_path, monkeypatch):
-  """A benchmark names the whole tree it ran (its own script is part of the figure); a training run's
-  code_version() looks at the code paths only (a README edit does not make a result "dirty")."""
+def test_git_commit_names_the_timed_code_code_version_only_the_code_paths(tmp_path, monkeypatch):
+  """A benchmark names the code it timed, its own script included (benchmarks/), but not its outputs (a compile
+  table it writes row by row under docs/ must not make its later rows "+dirty"); a training run's code_version()
+  looks at the code paths only."""
   from evqa_jax import io as io_lib
   git = lambda *a: subprocess.run(["git", "-C", str(tmp_path), *a], check=True, capture_output=True, text=True)  # noqa: E731
   git("init", "-q")
-  (tmp_path / "evqa_jax").mkdir()
-  (tmp_path / "evqa_jax" / "m.py").write_text("x = 1\n")
-  (tmp_path / "README.md").write_text("r\n")
+  files = {"evqa_jax/m.py": "x = 1\n", "benchmarks/b.py": "y = 1\n", "docs/benchmarks/t.jsonl": "{}\n",
+           "README.md": "r\n"}
+  for name, text in files.items():
+    (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / name).write_text(text)
   git("add", ".")
   git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "c")
   head = git("rev-parse", "HEAD").stdout.strip()
   monkeypatch.setattr(io_lib, "REPO", str(tmp_path))
-  assert machine.git_commit() == head and io_lib.code_version() == {"commit": head, "dirty": False}
-  (tmp_path / "README.md").write_text("edited\n")
-  assert machine.git_commit() == head + "+dirty"
-  assert io_lib.code_version() == {"commit": head, "dirty": False}
-  (tmp_path / "evqa_jax" / "m.py").write_text("x = 2\n")
-  assert io_lib.code_version() == {"commit": head, "dirty": True}
-  (tmp_path / "untracked.py").write_text("")  # untracked files are not the timed code's
-  git("checkout", "-q", "--", ".")
-  assert machine.git_commit() == head
+  clean = {"commit": head, "dirty": False}
+  assert machine.git_commit() == head and io_lib.code_version() == clean
+  for name in ("docs/benchmarks/t.jsonl", "README.md"):  # outputs and docs: clean for both
+    (tmp_path / name).write_text("edited\n")
+  (tmp_path / "untracked.py").write_text("")
+  assert machine.git_commit() == head and io_lib.code_version() == clean
+  (tmp_path / "benchmarks" / "b.py").write_text("y = 2\n")  # a benchmark script: part of a figure, not of a result
+  assert machine.git_commit() == head + "+dirty" and io_lib.code_version() == clean
+  git("checkout", "-q", "--", "benchmarks")
+  (tmp_path / "evqa_jax" / "m.py").write_text("x = 2\n")  # library code: both
+  assert machine.git_commit() == head + "+dirty" and io_lib.code_version() == {"commit": head, "dirty": True}
   monkeypatch.setattr(io_lib, "REPO", str(tmp_path / "nowhere"))
   assert machine.git_commit() is None and io_lib.code_version() == {}
 
