@@ -122,6 +122,21 @@ def code_version(paths=CODE_PATHS) -> dict:
   return {"commit": commit.stdout.strip(), "dirty": bool(status.stdout.strip())}
 
 
+def cpu_model() -> str | None:
+  """The first processor's "model name" in /proc/cpuinfo (None where there is none, e.g. macOS). XLA's CPU code
+  differs between processor generations, so a recorded result names the CPU it ran on."""
+  try:
+    with open("/proc/cpuinfo") as f:
+      first = f.read().split("\n\n")[0]
+  except OSError:
+    return None
+  for line in first.splitlines():
+    key, _, value = line.partition(":")
+    if key.strip() == "model name":
+      return value.strip()
+  return None
+
+
 def same_code(a: dict, b: dict) -> bool:
   """Whether two `code_version()` records ran the same code: both clean and no difference in CODE_PATHS between
   their commits (commits that change only docs or tests count as the same code)."""

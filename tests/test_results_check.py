@@ -40,6 +40,20 @@ def test_record_holds_command_commit_and_printed_files(recorded):
   rec = json.loads((recorded / "record.json").read_text())
   assert rec["command"] == COMMAND and rec["printed"] == PRINTED
   assert "commit" in rec and "dirty" in rec  # the checkout's code version (a git checkout runs the tests)
+  assert rec["cpu"] == results.io_lib.cpu_model()  # XLA's CPU code differs between processors
+
+
+def test_check_names_a_different_cpu(recorded, tmp_path, capsys):
+  folder = tmp_path / "other_cpu"
+  folder.mkdir()
+  rec = json.loads((recorded / "record.json").read_text())
+  for name in rec["printed"]:
+    (folder / name).write_text((recorded / name).read_text())
+  (folder / "record.json").write_text(json.dumps(dict(rec, cpu="Some Other CPU")))
+  assert results.check(str(folder), workdir=str(recorded)) == []  # the same files: no mismatch, but a note
+  assert "note: recorded on CPU 'Some Other CPU', checking on" in capsys.readouterr().out
+  assert results.check(str(recorded), workdir=str(recorded)) == []
+  assert "recorded on CPU" not in capsys.readouterr().out
   final = json.loads((recorded / "final_metrics.json").read_text())
   assert final["step"] == 2 and 0.0 <= final["eval"]["test"]["mAcc"] <= 100.0
 

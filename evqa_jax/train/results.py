@@ -47,7 +47,7 @@ def record(folder: str, command: list, printed: dict, workdir: str | None = None
   if workdir is None:
     workdir = tempfile.mkdtemp(prefix="evqa_record_")
     _run(command, workdir)
-  rec = {"command": list(command), **io_lib.code_version(), "printed": printed}
+  rec = {"command": list(command), **io_lib.code_version(), "cpu": io_lib.cpu_model(), "printed": printed}
   for rel, keys in printed.items():
     src = os.path.join(workdir, rel)
     with open(src) as f:
@@ -92,6 +92,10 @@ def check(folder: str, workdir: str | None = None) -> list:
   if not io_lib.same_code({k: rec.get(k) for k in ("commit", "dirty")}, now):
     print(f"note: recorded with commit {rec.get('commit')} (dirty: {rec.get('dirty')}), checking with "
           f"{now.get('commit')} (dirty: {now.get('dirty')}): the code differs", flush=True)
+  cpu = io_lib.cpu_model()
+  if rec.get("cpu") != cpu:  # XLA's CPU code differs between processors: the last bits, then the trained numbers
+    print(f"note: recorded on CPU {rec.get('cpu') or '(not recorded)'!r}, checking on {cpu!r}: results are "
+          f"reproducible on one machine, not on every CPU (README, Demo result)", flush=True)
   if workdir is not None:
     return compare(folder, workdir)
   with tempfile.TemporaryDirectory(prefix="evqa_check_") as tmp:
