@@ -35,23 +35,17 @@ DEFAULT_MAX_STEAL_CORES = 0.1
 DEFAULT_MAX_LOAD_PER_CORE = 1.0
 
 
-def _cpuinfo() -> dict:
-  """'model name' and 'flags' of the first processor in /proc/cpuinfo ({} where there is none, e.g. macOS)."""
-  try:
-    with open("/proc/cpuinfo") as f:
-      text = f.read()
-  except OSError:
-    return {}
-  info = {}
-  for line in text.split("\n\n")[0].splitlines():
-    key, _, value = line.partition(":")
-    info[key.strip()] = value.strip()
-  return info
+def _io():
+  """evqa_jax.io (git and /proc/cpuinfo probes shared with training records), importable from any benchmark."""
+  if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+  from evqa_jax import io  # pylint: disable=g-import-not-at-top
+  return io
 
 
 def describe() -> dict:
   """CPU model, vector/matrix flags, cores, hypervisor, OS, library versions and XLA flags of this machine."""
-  info = _cpuinfo()
+  info = _io().cpuinfo()
   flags = set(info.get("flags", "").split())
   try:
     usable_cores = len(os.sched_getaffinity(0))
@@ -76,9 +70,7 @@ def git_commit() -> str | None:
   launch and the benchmark scripts) differs from it (None outside a git checkout), so that a figure names the code
   it timed: `evqa_jax.io.code_version` over those paths. Outputs (docs/benchmarks/, e.g. a table a benchmark is
   writing row by row) and the README are not part of a figure."""
-  if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
-  from evqa_jax import io  # pylint: disable=g-import-not-at-top
+  io = _io()
   version = io.code_version(paths=io.CODE_PATHS + ("benchmarks",))
   if not version:
     return None

@@ -122,19 +122,24 @@ def code_version(paths=CODE_PATHS) -> dict:
   return {"commit": commit.stdout.strip(), "dirty": bool(status.stdout.strip())}
 
 
-def cpu_model() -> str | None:
-  """The first processor's "model name" in /proc/cpuinfo (None where there is none, e.g. macOS). XLA's CPU code
-  differs between processor generations, so a recorded result names the CPU it ran on."""
+def cpuinfo() -> dict:
+  """The first processor's fields in /proc/cpuinfo ("model name", "flags", ...; {} where there is none, e.g. macOS)."""
   try:
     with open("/proc/cpuinfo") as f:
       first = f.read().split("\n\n")[0]
   except OSError:
-    return None
+    return {}
+  info = {}
   for line in first.splitlines():
     key, _, value = line.partition(":")
-    if key.strip() == "model name":
-      return value.strip()
-  return None
+    info[key.strip()] = value.strip()
+  return info
+
+
+def cpu_model() -> str | None:
+  """The first processor's "model name" (None where unknown). XLA's CPU code differs between processor
+  generations, so a recorded result names the CPU it ran on."""
+  return cpuinfo().get("model name")
 
 
 def same_code(a: dict, b: dict) -> bool:
