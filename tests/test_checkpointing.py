@@ -1,0 +1,74 @@
+"""Checkpoint saves in one process are not replica-parallel by default (no per-shard slice programs); with several
+processes, or when config.checkpoint.replica_parallel says so, they are; either kind restores the same arrays."""
+
+import logging
+
+import jax
+import ml_collections
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from evqa_jax.train import checkpointing
+
+
+def _config(replica_parallel):
+  return ml_collections.ConfigDict({"checkpoint": {"max_to_keep": 2, "replica_parallel": replica_parallel}})
+
+
+@pytest.fixture
+def orbax_default_handler():
+  """Puts Orbax's process-wide jax.Array handler back after the test."""
+  handler = ocp.type_handlers.get_type_handler(jax.Array)
+  yield
+  ocp.type_handlers.register_type_handler(jax.Array, handler, override=True)
+
+
+def _state():
+  assert jax.device_count() == 8
+  mesh = Mesh(np.array(jax.devices()).reshape(4, 2), ("data", "model"))
+  # Shapes no other test saves: each (shape, device) slice program is compiled once per process.
+  replicated = jax.device_put(np.arange(48 * 11, dtype=np.float32).reshape(48, 11), NamedSharding(mesh, P()))
+  split = jax.device_put(np.arange(8 * 14, dtype=np.float32).reshape(8, 14), NamedSharding(mesh, P("data", "model")))
+  return {"replicated": replicated, "split": split}
+
+
+def _save_and_count_slice_compiles(workdir, config, state, caplog) -> int:
+  mngr = checkpointing.make_checkpoint_manager(str(workdir), config)
+  caplog.clear()
+  with caplog.at_level(logging.WARNING, logger="jax._src.interpreters.pxla"), jax.log_compiles(True):
+    mngr.save(1, args=ocp.args.Composite(state=ocp.args.StandardSave(state)))
+    mngr.wait_until_finished()
+  mngr.close()
+  return sum("Compiling jit(slice)" in r.getMessage() for r in caplog.records)
+
+
+def _restore(workdir, state):
+  mngr = checkpointing.make_checkpoint_manager(str(workdir), _config(None))
+  abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state)
+  restored = mngr.restore(1, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract)))["state"]
+  mngr.close()
+  return restored
+
+
+def test_one_process_saves_without_replica_slices_and_both_kinds_restore_alike(tmp_path, caplog,
+                                                                               orbax_default_handler):
+  del orbax_default_handler
+  assert jax.process_count() == 1
+  assert checkpointing.replica_parallel(_config(None)) is False
+  assert checkpointing.replica_parallel(_config(True)) is True
+  # A config without the key (written before it existed) takes the default.
+  assert checkpointing.replica_parallel(ml_collections.ConfigDict({"checkpoint": {"max_to_keep": 2}})) is False
+  state = _state()
+  plain = _save_and_count_slice_compiles(tmp_path / "plain", _config(None), state, caplog)
+  parallel = _save_and_count_slice_compiles(tmp_path / "parallel", _config(True), state, caplog)
+  # Replica-parallel: the replicated [48, 11] array's 8 replicas (48 rows divide among them) each slice their share
+  # on their own device, a program per (shape, device); the fully split [8, 14] array has one replica.
+  assert plain == 0
+  assert parallel == 8, parallel
+  for name in ("plain", "parallel"):
+    restored = _restore(tmp_path / name, state)
+    for key, value in state.items():
+      np.testing.assert_array_equal(np.asarray(restored[key]), np.asarray(value), err_msg=f"{name}: {key}")
+      assert restored[key].sharding == value.sharding
