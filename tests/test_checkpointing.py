@@ -58,7 +58,7 @@ def test_one_process_saves_without_replica_slices_and_both_kinds_restore_alike(t
   assert jax.process_count() == 1
   assert checkpointing.replica_parallel(_config(None)) is False
   assert checkpointing.replica_parallel(_config(True)) is True
-  # A config without the key (written before it existed) takes the default.
+  # A config built without the key (by hand, or before the key existed) takes the default.
   assert checkpointing.replica_parallel(ml_collections.ConfigDict({"checkpoint": {"max_to_keep": 2}})) is False
   state = _state()
   plain = _save_and_count_slice_compiles(tmp_path / "plain", _config(None), state, caplog)
