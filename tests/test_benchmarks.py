@@ -286,3 +286,62 @@ def test_toeplitz_backward_compares_scan_and_gathers(monkeypatch):
   assert out["max_abs_gradient_difference"] == {"scan": 0.0, "take_along_axis": 0.0}
   assert [b["label"] for b in out["load"]["blocks"]] == ["scan/0", "gathers/0", "take_along_axis/0"]
   assert deberta_v2.MAX_GATHERED_RUN == 8
+
+
+def test_xla_cpu_kernels_gemms_hand_counted_and_checked_against_float64():
+  """benchmarks/xla_cpu_kernels.py's GEMM part at tiny shapes: FLOPs counted by hand, each side's result within
+  1e-5 of float64 numpy, one alternating block per side and shape."""
+  pytest.importorskip("torch")
+  import xla_cpu_kernels as xk  # pylint: disable=g-import-not-at-top
+  specs = {s["name"]: s for s in xk.gemm_shapes(batch=2, tokens=8)}
+  assert xk.gemm_flops(specs["dense_hxh"]) == 2 * 16 * 384 * 384
+  assert xk.gemm_flops(specs["ffn_down_dx"]) == 2 * 16 * 1536 * 384  # [16, 384] x [1536, 384]^T
+  assert xk.gemm_flops(specs["attn_scores"]) == 2 * (2 * 12) * 8 * 8 * 32
+  assert xk.gemm_flops(specs["attn_context"]) == 2 * (2 * 12) * 8 * 8 * 32
+  out = xk.main(["--batch", "2", "--text-len", "6", "--frames", "2", "--repeats", "1", "--gemm-seconds", "0.001",
+                 "--flag-sets="])
+  g = out["gemms"]
+  assert set(g) == set(specs) and "flag_screen" not in out
+  # Forward shares: 4 h x h projections + FFN up + FFN down + the two attention matmuls of one layer.
+  total = 4 * 2 * 16 * 384 * 384 + 2 * (2 * 16 * 384 * 1536) + 2 * (2 * 24 * 8 * 8 * 32)
+  assert g["dense_hxh"]["share_of_layer_forward_flops"] == round(4 * 2 * 16 * 384 * 384 / total, 4)
+  assert g["ffn_down_dx"]["share_of_layer_forward_flops"] == 0.0
+  for r in g.values():
+    assert max(r["relative_error_vs_float64"].values()) < 1e-5
+    assert r["ratio_jax_over_torch"] == round(r["gflops_per_s"]["jax"] / r["gflops_per_s"]["torch"], 3)
+  assert len(out["load"]["blocks"]) == 2 * len(specs)
+
+
+def test_xla_cpu_kernels_flag_screen_bookkeeping(monkeypatch):
+  """The flag screen's subprocesses (stubbed): each gets the environment's XLA flags + its set; a set whose losses
+  differ from the default's is marked, rates are relative to the mean of the two default runs, a failed child is
+  recorded with its exit status."""
+  import xla_cpu_kernels as xk  # pylint: disable=g-import-not-at-top
+  monkeypatch.setenv("XLA_FLAGS", "--base")
+  rates = {"": [(10.0, 40.0), (14.0, 60.0)], "--a": [(18.0, 50.0)]}
+  seen = []
+
+  def fake_run(cmd, capture_output, text, env, check):
+    del capture_output, text, check
+    flags = env["XLA_FLAGS"]
+    seen.append(flags)
+    assert "--child-step" in cmd
+    if flags == "--base --b":
+      return subprocess.CompletedProcess(cmd, 3, stdout="", stderr="boom")
+    key = flags[len("--base"):].strip()
+    train, infer = rates[key].pop(0)
+    rec = {"xla_flags": flags, "examples_per_s": {"train": train, "infer": infer},
+           "losses": ["1.0", "2.0" if key == "" else "2.5", "3.0"]}
+    return subprocess.CompletedProcess(cmd, 0, stdout="noise\n" + json.dumps(rec) + "\n", stderr="")
+
+  monkeypatch.setattr(xk.subprocess, "run", fake_run)
+  args = xk.argparse.Namespace(batch=2, text_len=6, frames=2, minilm_layers=1, visual_dim=8, answers=64,
+                               dropout=0.1, steps=1, repeats=1, unrolled_threefry=False)
+  out = xk.run_flag_screen(args, ["--a", "--b"], machine.Monitor())
+  assert seen == ["--base", "--base --a", "--base --b", "--base"]
+  runs = out["runs"]
+  assert [r["flags"] for r in runs] == ["", "--a", "--b", ""]
+  assert runs[2]["error"] == "exit status 3" and runs[2]["stderr_tail"] == "boom"
+  assert runs[1]["same_numerics"] is False and runs[0]["same_numerics"] is runs[3]["same_numerics"] is True
+  assert runs[1]["vs_default"] == {"train": 1.5, "infer": 1.0}  # 18 / mean(10, 14), 50 / mean(40, 60)
+  assert runs[0]["vs_default"] == {"train": round(10 / 12, 3), "infer": 0.8}
