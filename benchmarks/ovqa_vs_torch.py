@@ -539,6 +539,29 @@ class PlainFlaxRunner:
     return np.asarray(self._logits(self.trainable, self.frozen, self.batch, self.aux))
 
 
+def jax_step_runners(jx, ctx):
+  """-> (train(n), infer(n)): n trainer steps on `build_jax`'s state and batch under `ctx()`, waited for; train
+  returns the last step's metrics. The state lives on between calls (train steps update it)."""
+  import jax
+
+  steps, state = jx["steps"], {"s": jx["state"]}
+
+  def train(n):
+    with ctx():
+      for _ in range(n):
+        state["s"], metrics = steps.train_step(state["s"], jx["batch"], jx["aux"])
+      jax.block_until_ready(metrics)
+    return metrics
+
+  def infer(n):
+    with ctx():
+      for _ in range(n):
+        o = steps.eval_step(state["s"], jx["batch"], jx["aux"])
+      jax.block_until_ready(o)
+
+  return train, infer
+
+
 def run_model(model: str, args, workdir: str, monitor) -> dict:
   import jax
   import numpy as np
@@ -593,20 +616,7 @@ def run_model(model: str, args, workdir: str, monitor) -> dict:
       raise RuntimeError(f"[{model}] {fw} and PyTorch models disagree: {out['parity'][fw]}")
   del params
 
-  state = {"s": jx["state"]}
-
-  def jax_train(n):
-    with ctx():
-      for _ in range(n):
-        state["s"], metrics = steps.train_step(state["s"], jx["batch"], jx["aux"])
-      jax.block_until_ready(metrics)
-    return metrics
-
-  def jax_infer(n):
-    with ctx():
-      for _ in range(n):
-        o = steps.eval_step(state["s"], jx["batch"], jx["aux"])
-      jax.block_until_ready(o)
+  jax_train, jax_infer = jax_step_runners(jx, ctx)
 
   def torch_train(n):
     for _ in range(n):

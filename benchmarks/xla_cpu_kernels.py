@@ -142,7 +142,6 @@ def run_gemms(args, monitor) -> dict:
 
 def step_child(args) -> dict:
   """In a subprocess with the set's XLA_FLAGS: the OVQA MiniLM demo step (ovqa_vs_torch's build), JAX only."""
-  import jax
   import ovqa_vs_torch as ovt
 
   config = ovt.experiment_config("minilm")
@@ -152,22 +151,7 @@ def step_child(args) -> dict:
     mlm, hf_dir = ovt.build_torch("minilm", args, workdir)
     batch, aux = ovt.make_inputs(args, mlm.config.vocab_size)
     jx = ovt.build_jax("minilm", args, config, hf_dir, batch, aux)
-  steps = jx["steps"]
-  state = {"s": jx["state"]}
-
-  def train(n):
-    with steps.context():
-      for _ in range(n):
-        state["s"], metrics = steps.train_step(state["s"], jx["batch"], jx["aux"])
-      jax.block_until_ready(metrics)
-    return metrics
-
-  def infer(n):
-    with steps.context():
-      for _ in range(n):
-        o = steps.eval_step(state["s"], jx["batch"], jx["aux"])
-      jax.block_until_ready(o)
-
+  train, infer = ovt.jax_step_runners(jx, jx["steps"].context)
   t0 = time.perf_counter()
   train(1)
   first_train = time.perf_counter() - t0
@@ -260,10 +244,8 @@ def main(argv=None) -> dict:
   result.update(monitor.report())
   text = json.dumps(result, indent=1)
   if args.out:
-    tmp = args.out + ".tmp"
-    with open(tmp, "w") as f:
-      f.write(text + "\n")
-    os.replace(tmp, args.out)
+    from evqa_jax import io as io_lib  # pylint: disable=import-outside-toplevel
+    io_lib.write_text(args.out, text + "\n")
   print(text)
   return result
 
