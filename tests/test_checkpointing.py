@@ -72,3 +72,15 @@ def test_one_process_saves_without_replica_slices_and_both_kinds_restore_alike(t
     for key, value in state.items():
       np.testing.assert_array_equal(np.asarray(restored[key]), np.asarray(value), err_msg=f"{name}: {key}")
       assert restored[key].sharding == value.sharding
+
+
+def test_switching_the_array_handler_logs_no_orbax_override_warning(caplog, orbax_default_handler):
+  """A one-process run replaces Orbax's default (replica-parallel) jax.Array handler at its first checkpoint manager:
+  quietly, where Orbax's public `register_type_handler` would log "Type handler registry type ... overriding" at
+  every run."""
+  del orbax_default_handler
+  with caplog.at_level(logging.DEBUG):
+    for enabled in (True, False, True):  # each one a replacement of the one before
+      checkpointing._use_replica_parallel(enabled)  # pylint: disable=protected-access
+      assert ocp.type_handlers.get_type_handler(jax.Array)._use_replica_parallel is enabled  # pylint: disable=protected-access
+  assert not [r.getMessage() for r in caplog.records if "Type handler registry" in r.getMessage()]

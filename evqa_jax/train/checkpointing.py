@@ -51,11 +51,15 @@ def _use_replica_parallel(enabled: bool) -> None:
   current = ocp.type_handlers.get_type_handler(jax.Array)
   if getattr(current, "_use_replica_parallel", None) == enabled:
     return
-  # Orbax's default handler has an array metadata store, which has no public name.
-  from orbax.checkpoint._src.metadata import array_metadata_store  # pylint: disable=import-outside-toplevel
-  ocp.type_handlers.register_type_handler(
+  # Orbax's default handler has an array metadata store, and its registry's `add` (the one that can replace a
+  # handler without logging "Type handler registry type ... overriding jax.Array" at every run) is not public either.
+  # pylint: disable=import-outside-toplevel
+  from orbax.checkpoint._src.metadata import array_metadata_store
+  from orbax.checkpoint._src.serialization import type_handler_registry
+  # pylint: enable=import-outside-toplevel
+  type_handler_registry.GLOBAL_TYPE_HANDLER_REGISTRY.add(
       jax.Array, ocp.type_handlers.ArrayHandler(array_metadata_store=array_metadata_store.Store(),
-                                                use_replica_parallel=enabled), override=True)
+                                                use_replica_parallel=enabled), override=True, ignore_warnings=True)
 
 
 def make_checkpoint_manager(workdir: str, config, keep: KeepSteps | None = None) -> ocp.CheckpointManager:
