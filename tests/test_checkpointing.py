@@ -82,5 +82,6 @@ def test_switching_the_array_handler_logs_no_orbax_override_warning(caplog, orba
   with caplog.at_level(logging.DEBUG):
     for enabled in (True, False, True):  # each one a replacement of the one before
       checkpointing._use_replica_parallel(enabled)  # pylint: disable=protected-access
-      assert ocp.type_handlers.get_type_handler(jax.Array)._use_replica_parallel is enabled  # pylint: disable=protected-access
+      handler = ocp.type_handlers.get_type_handler(jax.Array)
+      assert handler._use_replica_parallel is enabled  # pylint: disable=protected-access
   assert not [r.getMessage() for r in caplog.records if "Type handler registry" in r.getMessage()]
