@@ -80,7 +80,7 @@ def test_switching_the_array_handler_logs_no_orbax_override_warning(caplog, orba
   every run."""
   del orbax_default_handler
   with caplog.at_level(logging.DEBUG):
-    for enabled in (True, False, True):  # each one a replacement of the one before
+    for enabled in (True, False, True):  # the last two replace the handler before them, whatever the first finds
       checkpointing._use_replica_parallel(enabled)  # pylint: disable=protected-access
       handler = ocp.type_handlers.get_type_handler(jax.Array)
       assert handler._use_replica_parallel is enabled  # pylint: disable=protected-access
