@@ -16,6 +16,7 @@ from evqa_jax.models import clip_vision
 from evqa_jax.models import evidence_heads
 from evqa_jax.projects.evqa import model as evqa_model
 from evqa_jax.projects.evqa import frame_encoder
+from evqa_jax.train import fast_rng
 from evqa_jax.train import sharding
 
 
@@ -49,7 +50,7 @@ def test_clip_vision_matches_hugging_face(hf_clip_dir):
   x = np.random.RandomState(0).randn(3, 3, 16, 16).astype(np.float32)
   with torch.no_grad():
     ref = hf_model(pixel_values=torch.from_numpy(x))
-  out = clip_vision.CLIPVisionModel(cfg).apply({"params": params}, jnp.asarray(x.transpose(0, 2, 3, 1)))
+  out = jax.jit(clip_vision.CLIPVisionModel(cfg).apply)({"params": params}, jnp.asarray(x.transpose(0, 2, 3, 1)))
   np.testing.assert_allclose(np.asarray(out["last_hidden_state"]), ref.last_hidden_state.numpy(), atol=1e-5, rtol=0)
   np.testing.assert_allclose(np.asarray(out["pooler_output"]), ref.pooler_output.numpy(), atol=1e-5, rtol=0)
 
@@ -77,10 +78,10 @@ def test_clip_frame_encoder_normalises_and_drops_class_token(hf_clip_dir):
   cfg = clip_vision.CLIPVisionConfig.from_hf_dir(path)
   params, _ = clip_vision.load_hf_params(cfg, path)
   frames = np.random.RandomState(1).randint(0, 256, size=(2, 3, 16, 16, 3)).astype(np.uint8)
-  feats = clip_vision.ClipFrameEncoder(cfg).apply({"params": {"clip": params}}, jnp.asarray(frames))
+  feats = jax.jit(clip_vision.ClipFrameEncoder(cfg).apply)({"params": {"clip": params}}, jnp.asarray(frames))
   assert feats.shape == (2, 3, 16, 32)
   x = (frames.reshape(6, 16, 16, 3) / 255.0 - np.asarray(clip_vision.CLIP_MEAN)) / np.asarray(clip_vision.CLIP_STD)
-  ref = clip_vision.CLIPVisionModel(cfg).apply({"params": params}, jnp.asarray(x, jnp.float32))
+  ref = jax.jit(clip_vision.CLIPVisionModel(cfg).apply)({"params": params}, jnp.asarray(x, jnp.float32))
   np.testing.assert_allclose(np.asarray(feats).reshape(6, 16, 32), np.asarray(ref["last_hidden_state"][:, 1:]),
                              atol=1e-5)
 
@@ -92,12 +93,13 @@ def test_clip_frame_encoder_normalises_and_drops_class_token(hf_clip_dir):
 def test_frame_encoder_grid(patch, stride, grid):
   enc = frame_encoder.FrameEncoder(dim=8, patch_size=patch, num_blocks=1, image_size=(16, 16), output_stride=stride)
   frames = jnp.asarray(np.random.RandomState(0).randint(0, 256, (2, 3, 16, 16, 3)), jnp.uint8)
-  params = enc.init(jax.random.key(0), frames)
-  out = enc.apply(params, frames)
+  params = fast_rng.jit_init(enc.init)(jax.random.key(0), frames)
+  apply = jax.jit(enc.apply)
+  out = apply(params, frames)
   assert enc.grid == grid and out.shape == (2, 3, grid[0] * grid[1], 8)
   # Frames are encoded independently: changing frame 1 of video 0 changes nothing else.
   frames2 = frames.at[0, 1].set(0)
-  out2 = enc.apply(params, frames2)
+  out2 = apply(params, frames2)
   diff = np.abs(np.asarray(out2 - out)).max(axis=(2, 3))
   assert diff[0, 1] > 1e-3 and np.all(np.delete(diff.reshape(-1), 1) == 0)
 
@@ -110,6 +112,12 @@ def test_pool_frames_hand_computed():
 
 # ------------------------------------------------------------------------------------------------ heads
 
+# Jitted once per shape: eagerly, each of their ops would be compiled on its own.
+_mask_geometry = jax.jit(evidence_heads.mask_geometry, static_argnums=1,
+                         static_argnames=("shape_window", "shape_radius"))
+_evidence_readout = jax.jit(evidence_heads.evidence_readout)
+_frame_descriptors = jax.jit(evidence_heads.frame_descriptors, static_argnums=2)
+
 
 def _seg_inputs(b=8, t=3, p=16, d=8, h=12, seed=0):
   rs = np.random.RandomState(seed)
@@ -120,8 +128,8 @@ def _seg_inputs(b=8, t=3, p=16, d=8, h=12, seed=0):
 def test_segmentation_head_upsamples_grid_logits_bilinearly():
   head = evidence_heads.SegmentationHead(grid=(4, 4), out_size=(12, 16), dim=8, num_heads=2, mlp_dim=16)
   feats, q, h_vis = _seg_inputs(b=2)
-  params = head.init(jax.random.key(0), feats, q, h_vis)
-  grid_logits, pixel_logits = head.apply(params, feats, q, h_vis)
+  params = fast_rng.jit_init(head.init)(jax.random.key(0), feats, q, h_vis)
+  grid_logits, pixel_logits = jax.jit(head.apply)(params, feats, q, h_vis)
   assert grid_logits.shape == (2, 3, 4, 4) and pixel_logits.shape == (2, 3, 12, 16)
   # Bilinear with half-pixel centres: output pixel (y, x) samples the grid at
   # ((y + .5) * 4/12 - .5, (x + .5) * 4/16 - .5).
@@ -145,9 +153,9 @@ def test_segmentation_head_sharded_matches_single_device():
   head = evidence_heads.SegmentationHead(grid=(4, 4), out_size=(16, 16), dim=16, num_heads=4, mlp_dim=32,
                                          num_queries=2)
   feats, q, h_vis = _seg_inputs(b=8, d=8)
-  params = nn.meta.unbox(head.init(jax.random.key(1), feats, q, h_vis))
+  params = nn.meta.unbox(fast_rng.jit_init(head.init)(jax.random.key(1), feats, q, h_vis))
   with jax.default_device(jax.devices()[0]):
-    ref = head.apply(params, feats, q, h_vis)
+    ref = jax.jit(head.apply)(params, feats, q, h_vis)
 
   cfg = common.base_config()
   rules = sharding.rules_tuple(cfg.logical_axis_rules)
@@ -178,8 +186,8 @@ def test_evidence_readout_recovers_motion():
     grid_logits[0, k, 1, k] = 30.0
   feats = np.zeros((b, t, gh * gw, d), np.float32)
   feats[..., 0] = 1.0  # every patch has feature (1, 0, 0)
-  geometry = evidence_heads.mask_geometry(jnp.asarray(grid_logits), (gh, gw))
-  out = evidence_heads.evidence_readout(jnp.asarray(feats), geometry, jnp.full((b, t), 30.0), jnp.ones((b, t)))
+  geometry = _mask_geometry(jnp.asarray(grid_logits), (gh, gw))
+  out = _evidence_readout(jnp.asarray(feats), geometry, jnp.full((b, t), 30.0), jnp.ones((b, t)))
   out = np.asarray(out)[0]
   np.testing.assert_allclose(out[:3], [1.0, 0.0, 0.0], atol=1e-3)
   np.testing.assert_allclose(out[3:5], [30.0 * 0.25, 0.0], atol=0.03)  # x: 1/4 of the frame per frame
@@ -196,14 +204,14 @@ def test_evidence_readout_silhouette_is_the_mask_around_its_centroid():
     for dr, dc in [(0, 0), (-1, 0), (1, 0), (0, -1), (0, 1)]:
       grid_logits[0, k, r + dr, c + dc] = 30.0
   feats = np.zeros((b, t, gh * gw, 2), np.float32)
-  geometry = evidence_heads.mask_geometry(jnp.asarray(grid_logits), (gh, gw), shape_window=3, shape_radius=1.0)
-  out = evidence_heads.evidence_readout(jnp.asarray(feats), geometry, jnp.full((b, t), 30.0), jnp.ones((b, t)))
+  geometry = _mask_geometry(jnp.asarray(grid_logits), (gh, gw), shape_window=3, shape_radius=1.0)
+  out = _evidence_readout(jnp.asarray(feats), geometry, jnp.full((b, t), 30.0), jnp.ones((b, t)))
   out = np.asarray(out)[0]
   assert out.shape == (evidence_heads.readout_dim(2, 3),) == (2 + 5 + 9,)
   np.testing.assert_allclose(out[7:].reshape(3, 3), [[0, 1, 0], [1, 1, 1], [0, 1, 0]], atol=1e-3)
   # Half-cell lattice: bilinear samples between cells; a corner sample averages 3 mask cells and 1 background cell.
-  geometry = evidence_heads.mask_geometry(jnp.asarray(grid_logits[:, :1]), (gh, gw), shape_window=3, shape_radius=0.5)
-  out = np.asarray(evidence_heads.evidence_readout(jnp.asarray(feats[:, :1]), geometry, jnp.full((b, 1), 30.0),
+  geometry = _mask_geometry(jnp.asarray(grid_logits[:, :1]), (gh, gw), shape_window=3, shape_radius=0.5)
+  out = np.asarray(_evidence_readout(jnp.asarray(feats[:, :1]), geometry, jnp.full((b, 1), 30.0),
                                                    jnp.ones((b, 1))))[0]
   np.testing.assert_allclose(out[7:].reshape(3, 3), [[0.75, 1, 0.75], [1, 1, 1], [0.75, 1, 0.75]], atol=1e-3)
 
@@ -213,8 +221,8 @@ def test_frame_descriptors_hand_computed():
   grid_logits = np.full((1, 5, 4, 4), -30.0, np.float32)
   for k in range(4):
     grid_logits[0, k, 1, k] = 30.0
-  geometry = evidence_heads.mask_geometry(jnp.asarray(grid_logits), (4, 4), shape_window=3, shape_radius=1.0)
-  d = np.asarray(evidence_heads.frame_descriptors(geometry, jnp.ones((1, 5)), (4, 4)))[0]
+  geometry = _mask_geometry(jnp.asarray(grid_logits), (4, 4), shape_window=3, shape_radius=1.0)
+  d = np.asarray(_frame_descriptors(geometry, jnp.ones((1, 5)), (4, 4)))[0]
   assert d.shape == (5, 9 + 5)
   np.testing.assert_allclose(d[:4, :9], np.tile([0, 0, 0, 0, 1, 0, 0, 0, 0], (4, 1)), atol=1e-3)  # a lone cell
   np.testing.assert_allclose(d[:4, 9], [0, 0.25, 0.5, 0.75], atol=1e-3)  # centroid x
@@ -256,18 +264,20 @@ def test_frame_differences_hand_computed():
 def test_frame_encoder_with_shift_sees_neighbouring_frames():
   enc = frame_encoder.FrameEncoder(dim=8, patch_size=4, num_blocks=1, image_size=(8, 8), temporal_shift=0.25)
   frames = jnp.asarray(np.random.RandomState(0).randint(0, 255, (1, 3, 8, 8, 3)), jnp.uint8)
-  params = enc.init(jax.random.key(0), frames)
+  params = fast_rng.jit_init(enc.init)(jax.random.key(0), frames)
   # conv2 starts at zero (identity blocks); perturb it so the block output depends on its input.
   leaves, treedef = jax.tree_util.tree_flatten(params)
   rng = np.random.RandomState(1)
   params = jax.tree_util.tree_unflatten(treedef, [p + 0.3 * rng.randn(*p.shape) for p in leaves])
-  base = np.asarray(enc.apply(params, frames))
-  changed = np.asarray(enc.apply(params, frames.at[0, 2].set(0)))
+  apply = jax.jit(enc.apply)
+  base = np.asarray(apply(params, frames))
+  changed = np.asarray(apply(params, frames.at[0, 2].set(0)))
   assert np.abs(changed[0, 1] - base[0, 1]).max() > 1e-3  # frame 1 sees frame 2 through the shift
   assert np.abs(changed[0, 0] - base[0, 0]).max() < 1e-6  # frame 0 does not (it sees frames 0 and 1 only)
   still = frame_encoder.FrameEncoder(dim=8, patch_size=4, num_blocks=1, image_size=(8, 8))
-  a = np.asarray(still.apply(params, frames))
-  b = np.asarray(still.apply(params, frames.at[0, 2].set(0)))
+  apply = jax.jit(still.apply)
+  a = np.asarray(apply(params, frames))
+  b = np.asarray(apply(params, frames.at[0, 2].set(0)))
   np.testing.assert_array_equal(a[0, :2], b[0, :2])  # without the shift, frames are independent
 
 
@@ -276,8 +286,8 @@ def test_answer_head_masks_padded_options():
   h = jnp.asarray(np.random.RandomState(0).randn(2, 5, 12), jnp.float32)
   e = jnp.asarray(np.random.RandomState(1).randn(2, 6), jnp.float32)
   valid = jnp.asarray([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
-  params = head.init(jax.random.key(0), h, e, valid)
-  logits = np.asarray(head.apply(params, h, e, valid))
+  params = fast_rng.jit_init(head.init)(jax.random.key(0), h, e, valid)
+  logits = np.asarray(jax.jit(head.apply)(params, h, e, valid))
   assert np.all(logits[1, 3:] == -1e9) and np.all(np.abs(logits[:, :3]) < 100)
 
 
@@ -326,7 +336,7 @@ def test_model_shapes_and_losses_decrease():
   batch = _tiny_batch()
   # Two compiles (init and the train step): run eagerly, each of the model's hundreds of ops would be compiled on its
   # own, and every further jitted function (apply, the loss alone) is another compile of the whole model.
-  params = nn.meta.unbox(jax.jit(model.init)(jax.random.key(0), batch))["params"]
+  params = nn.meta.unbox(fast_rng.jit_init(model.init)(jax.random.key(0), batch))["params"]
   out = jax.eval_shape(model.apply, {"params": params}, batch)
   assert out["answer_logits"].shape == (4, 5) and out["frame_logits"].shape == (4, 4)
   assert out["grid_logits"].shape == (4, 4, 8, 8) and out["mask_logits"].shape == (4, 4, 16, 16)
@@ -364,12 +374,15 @@ def test_grouped_evidence_norm_normalises_feature_and_silhouette_apart_and_passe
   valid = jnp.ones((2, 3))
   e = rng.randn(2, d + 5 + s2).astype(np.float32)
   grouped = evidence_heads.AnswerHead(16, evidence_norm="grouped", feature_dim=d)
-  params = grouped.init(jax.random.key(0), h, jnp.asarray(e), valid)
+  params = fast_rng.jit_init(grouped.init)(jax.random.key(0), h, jnp.asarray(e), valid)
   names = set(nn.meta.unbox(params)["params"])
   assert {"evidence_feature_LayerNorm", "evidence_shape_LayerNorm"} <= names and "evidence_LayerNorm" not in names
 
+  applies = {}
+
   def logits(x, model=grouped, p=params):
-    return np.asarray(model.apply(p, h, jnp.asarray(x), valid))
+    apply = applies.setdefault(id(model), jax.jit(model.apply))
+    return np.asarray(apply(p, h, jnp.asarray(x), valid))
 
   rescaled = e.copy()
   rescaled[:, :d] = 10 * e[:, :d] + 3  # each LayerNorm'd group is invariant to its own scale and shift
@@ -384,7 +397,7 @@ def test_grouped_evidence_norm_normalises_feature_and_silhouette_apart_and_passe
   np.testing.assert_allclose(logits(moved_rescaled) - logits(rescaled), effect, atol=1e-4)
   # One joint LayerNorm: the same velocity step counts for less when the feature values are larger.
   joint = evidence_heads.AnswerHead(16)
-  pj = joint.init(jax.random.key(0), h, jnp.asarray(e), valid)
+  pj = fast_rng.jit_init(joint.init)(jax.random.key(0), h, jnp.asarray(e), valid)
   assert not np.allclose(logits(moved_rescaled, joint, pj) - logits(rescaled, joint, pj),
                          logits(moved, joint, pj) - logits(e, joint, pj), atol=1e-3)
   with pytest.raises(ValueError, match="evidence_norm"):

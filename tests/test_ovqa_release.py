@@ -303,6 +303,7 @@ def test_cvqa_is_frozenbilms_head(tmp_path):
   import pandas as pd
   from evqa_jax.data import pipeline
   from evqa_jax.models import encoders
+  from evqa_jax.train import fast_rng
   import release_fixtures as R
   _, _, out = _converted(tmp_path, cvqa_topk=3)
   task = OVQATask(_tiny(out, "cvqa"))
@@ -315,28 +316,31 @@ def test_cvqa_is_frozenbilms_head(tmp_path):
   assert [int(src[i]["index"]) for i in range(5)] == [0, 1, 2, 3, 8]
   assert [str(src[i]["answer"]) for i in range(5)] == ["guitar", "woman", "guitar", "dog", "woman"]
 
-  params = nn.meta.unbox(task.init_params(jax.random.key(0)))
+  # Jitted: eagerly, each op of the init and of the applies below would be compiled on its own (the init with the
+  # unrolled threefry, as create_state does: the same bits, compiled faster).
+  params = fast_rng.jit_init(lambda r: nn.meta.unbox(task.init_params(r)))(jax.random.key(0))
   assert set(params) == {"lm"}  # nothing trained in the head: the answer embeddings are the frozen LM's
   test = task.source("test")
   batch = pipeline.stack_examples([task.preprocess(test[i], train=False) for i in range(len(test))])
   assert batch["label"].tolist() == [0, -1, -1, -1, -1]  # guitar; red, song, night, man are outside the top 3
   aux = task.aux_inputs("test")
   np.testing.assert_array_equal(aux["answer_tokens"], task.aux_inputs("train")["answer_tokens"])
-  logits = np.asarray(task.model.apply({"params": params}, batch, aux))
-  feature = np.asarray(task.model.apply({"params": params}, batch, True, method="mask_feature"))
+  numeric = {k: v for k, v in batch.items() if np.asarray(v).dtype.kind in "biuf"}
+  logits, feature, pred = map(np.asarray, jax.jit(lambda p, b, a: (
+      task.model.apply({"params": p}, b, a), task.model.apply({"params": p}, b, True, method="mask_feature"),
+      task.predict(p, b, a)["pred"]))(params, numeric, aux))
   words = np.asarray(encoders.word_embeddings("bert", params["lm"]))
   tok = task.input.tokenizer
   answers = np.stack([words[tok(a, add_special_tokens=False)["input_ids"][:5]].mean(0) for a in top3])
   np.testing.assert_allclose(logits[:, :3], feature @ answers.T, rtol=1e-5, atol=1e-5)
   assert logits.shape[1] >= 3 and np.all(logits[:, 3:] == np.finfo(np.float32).min)  # padding never predicted
-  pred = np.asarray(task.predict(params, batch, aux)["pred"])
   np.testing.assert_array_equal(pred, np.argmax(feature @ answers.T, axis=1))
   task.evaluate("test", {"pred": pred, "index": batch["index"]}, str(tmp_path / "eval"))
   written = pd.read_csv(tmp_path / "eval" / "predictions.csv", dtype=str, keep_default_na=False)
   assert set(written["prediction"]) <= set(top3)
 
   mlp = OVQATask(_tiny(out, "cvqa_mlp"))  # the extra baseline: an MLP over the same answers and train rows
-  assert len(mlp.source("train")) == 5 and "cvqa_head" in nn.meta.unbox(mlp.init_params(jax.random.key(0)))
+  assert len(mlp.source("train")) == 5 and "cvqa_head" in jax.eval_shape(mlp.init_params, jax.random.key(0))
 
 
 # ------------------------------------------------------------------------------------------------ paper start point

@@ -84,15 +84,21 @@ def _batch(task, split, n, start=0):
 
 
 @pytest.fixture(scope="module")
-def initial_params(task, straight_run):
-  """The straight run's initial parameters (host numpy), made by the trainer's own create_state on the same mesh
-  (a persistent-cache hit, not another init compile) with the task's frozen encoder weights loaded."""
+def initial_state(task, straight_run):
+  """The straight run's initial train state (host numpy), made by the trainer's own create_state and
+  load_pretrained_into on the same mesh (persistent-cache hits, not another init compile): the task's frozen encoder
+  weights loaded."""
   c = _config(task.config.data.dir, mesh_shape=MESH)
   mesh = sharding.make_mesh(c.mesh_shape, c.mesh_axes)
   tx, _ = partition.make_optimizer(c.optim, c.total_steps)
-  state, _ = steps_lib.create_state(task, c, mesh, tx)
-  params = jax.tree.map(np.asarray, partition.merge_params(state["trainable"], state["frozen"]))
-  return task.load_pretrained(params)
+  state, shardings = steps_lib.create_state(task, c, mesh, tx)
+  return jax.tree.map(np.asarray, steps_lib.load_pretrained_into(state, task, shardings))
+
+
+@pytest.fixture(scope="module")
+def initial_params(initial_state):
+  """The straight run's initial parameters (host numpy)."""
+  return partition.merge_params(initial_state["trainable"], initial_state["frozen"])
 
 
 MESH = (4, 2)  # data x model over the 8 CPU devices: batch rows and the LSTM / BERT widths are both split
@@ -206,17 +212,16 @@ def test_sharded_run_matches_single_device_frozen_encoder_and_loss_decreases(wor
   assert np.mean(losses[-5:]) < np.mean(losses[:5]) - 0.05, losses
 
 
-def test_meshes_8x1_and_2x4_give_the_losses_of_the_4x2_run(world, straight_run):
-  """The first steps on the 8 x 1 and 2 x 4 meshes (the trainer's StepFns, tests/mesh_equivalence.py) give the 4 x 2
-  run's losses (which equal one device's: the test above); frozen parameters stay bit-identical, and the 4 x 2 run
-  started from the same ones."""
+def test_meshes_8x1_and_2x4_give_the_losses_of_the_4x2_run(world, straight_run, initial_state):
+  """The first steps on the 8 x 1 and 2 x 4 meshes (the trainer's StepFns, tests/mesh_equivalence.py), from the 4 x 2
+  run's initial state placed on their mesh, give the 4 x 2 run's losses (which equal one device's: the test above);
+  frozen parameters stay bit-identical."""
   workdir, _ = straight_run
   c = _config(world)
   steps = mesh_equivalence.STEPS
-  eight = mesh_equivalence.train(c, (8, 1), steps)
-  runs = {(8, 1): eight, (2, 4): mesh_equivalence.train(c, (2, 4), steps, initial=eight.initial)}
+  runs = {shape: mesh_equivalence.train(c, shape, steps, initial=initial_state) for shape in ((8, 1), (2, 4))}
   _, ckpt = checkpointing.load_checkpoint_arrays(workdir, c.total_steps)
-  runs[MESH] = mesh_equivalence.Run([h["loss"] for h in _history(workdir)][:steps], eight.initial, ckpt["frozen"])
+  runs[MESH] = mesh_equivalence.Run([h["loss"] for h in _history(workdir)][:steps], initial_state, ckpt["frozen"])
   mesh_equivalence.assert_same_losses(runs, reference_shape=MESH, steps=steps)
 
 

@@ -14,7 +14,7 @@ from the looped one after a few steps (launch/behaviour_check.py on ovqa_small: 
 4.6610298). The README's demo results were trained with the looped lowering, so this is opt-in:
 `config.unrolled_cpu_threefry = True` (configs/common.py).
 
-Parameter initialisation always lowers with the unrolled hash (`threefry_lowering(True)` in
+Parameter initialisation always lowers with the unrolled hash (`jit_init`, used by
 `steps.create_state`): it draws the same bits and, with no reduction after the draws, gives bit-identical
 parameters (tests/test_fast_rng.py), while XLA compiles it faster (E-VQA's test config: `create_state`, compile + run,
 18.1 -> 8.0 s side by side in one process), since the looped lowering compiles one while loop per parameter tensor.
@@ -24,6 +24,9 @@ lowered afterwards, not to programs already compiled.
 """
 
 import contextlib
+import functools
+
+import jax
 
 _state = {"unrolled": False}
 
@@ -67,3 +70,17 @@ def threefry_lowering(unrolled: bool):
 def jax_default_threefry():
   """Lowers with jax's own looped CPU threefry inside the block (benchmarks' plain-JAX references)."""
   return threefry_lowering(False)
+
+
+def jit_init(fn, **jit_kwargs):
+  """`jax.jit(fn, **jit_kwargs)` lowered with the unrolled CPU threefry: for parameter initialisation, which draws
+  the same bits either way and gives bit-identical parameters (no reduction follows the draws), while the looped
+  lowering compiles one while loop per parameter tensor (a few seconds of compile for a small model)."""
+  jitted = jax.jit(fn, **jit_kwargs)
+
+  @functools.wraps(fn)
+  def call(*args, **kwargs):
+    with threefry_lowering(True):
+      return jitted(*args, **kwargs)
+
+  return call

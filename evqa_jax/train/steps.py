@@ -93,8 +93,7 @@ def create_state(task, config, mesh, tx):
     abstract = jax.eval_shape(task.init_params, rng)
     param_shardings = sharding.tree_shardings(abstract, mesh, rules)
     # Lowered with the unrolled CPU threefry: the very parameters of the looped lowering, compiled faster (fast_rng).
-    with fast_rng.threefry_lowering(True):
-      params = jax.jit(lambda r: nn.meta.unbox(task.init_params(r)), out_shardings=param_shardings)(rng)
+    params = fast_rng.jit_init(lambda r: nn.meta.unbox(task.init_params(r)), out_shardings=param_shardings)(rng)
   trainable, frozen = partition.split_params(params, task.trainable_patterns)
   frozen = frozen_storage(frozen, config)
   opt_state = jax.jit(tx.init, out_shardings=opt_state_shardings(tx, trainable, mesh))(trainable)
