@@ -206,14 +206,18 @@ def cosine_knn(wv: WordVectors,
       thresh = np.full((nb,), -np.inf, np.float32)
     if min_sim is not None:
       thresh = np.maximum(thresh, np.float32(min_sim))
-    # Entries at or above a row's threshold lie in the chunks whose maximum is (a NaN maximum: kept, unknown): scan
-    # only those, not the whole [rows, 400k] block (whose nonzero() was half of a knn over the GloVe table).
-    chunk_rows, chunk_ids = np.nonzero(~(maxima < thresh[:, None]))
-    blocks = sims.reshape(nb, n_chunks, chunk)[chunk_rows, chunk_ids]
-    hit, offset = np.nonzero(blocks >= thresh[chunk_rows][:, None])
-    rows, cols, vals = chunk_rows[hit], chunk_ids[hit] * chunk + offset, blocks[hit, offset]
-    real = cols < n_cand  # padded columns (-inf) pass only a -inf threshold
-    rows, cols, vals = rows[real], cols[real], vals[real]
+    if kk <= n_chunks:
+      # Entries at or above a row's threshold lie in the chunks whose maximum is (a NaN maximum: kept, unknown):
+      # scan only those, not the whole [rows, 400k] block (whose nonzero() was half of a knn over the GloVe table).
+      chunk_rows, chunk_ids = np.nonzero(~(maxima < thresh[:, None]))
+      blocks = sims.reshape(nb, n_chunks, chunk)[chunk_rows, chunk_ids]
+      hit, offset = np.nonzero(blocks >= thresh[chunk_rows][:, None])
+      rows, cols, vals = chunk_rows[hit], chunk_ids[hit] * chunk + offset, blocks[hit, offset]
+      real = cols < n_cand  # padded columns (-inf) never pass a finite threshold; the last chunk may hold some
+      rows, cols, vals = rows[real], cols[real], vals[real]
+    else:  # every chunk may hold a neighbour: scan the block as it is
+      rows, cols = np.nonzero(sims[:, :n_cand] >= thresh[:, None])
+      vals = sims[rows, cols]
     order = np.lexsort((cols, -vals, rows))
     rows, cols, vals = rows[order], cols[order], vals[order]
     bounds = np.searchsorted(rows, np.arange(nb + 1))
