@@ -29,7 +29,7 @@ from evqa_jax.evaluate import violin as violin_cli  # noqa: E402
 from data_prep import worlds  # noqa: E402
 from evqa_jax.projects.violin import input as violin_input  # noqa: E402
 from evqa_jax.projects.violin import task as violin_task  # noqa: E402
-from evqa_jax.train import checkpointing, partition, sharding, steps as steps_lib, train_and_evaluate  # noqa: E402
+from evqa_jax.train import checkpointing, partition, train_and_evaluate  # noqa: E402
 
 import mesh_equivalence  # noqa: E402  pylint: disable=wrong-import-position
 
@@ -88,11 +88,7 @@ def initial_state(task, straight_run):
   """The straight run's initial train state (host numpy), made by the trainer's own create_state and
   load_pretrained_into on the same mesh (persistent-cache hits, not another init compile): the task's frozen encoder
   weights loaded."""
-  c = _config(task.config.data.dir, mesh_shape=MESH)
-  mesh = sharding.make_mesh(c.mesh_shape, c.mesh_axes)
-  tx, _ = partition.make_optimizer(c.optim, c.total_steps)
-  state, shardings = steps_lib.create_state(task, c, mesh, tx)
-  return jax.tree.map(np.asarray, steps_lib.load_pretrained_into(state, task, shardings))
+  return mesh_equivalence.initial_state(_config(task.config.data.dir), MESH)
 
 
 @pytest.fixture(scope="module")
