@@ -14,7 +14,8 @@ DeBERTa-v2 directory with `spm.model` is tokenized here with the `sentencepiece`
      appended it as an added token: 128000 for DeBERTa-v2-xlarge);
   5. with special tokens: [CLS] ids [SEP]; truncation keeps the first max_length - 2 ids; padding with [PAD] (0).
 
-`load_tokenizer(path)` picks this tokenizer for such a directory and transformers' AutoTokenizer otherwise.
+`load_tokenizer(path)` picks this tokenizer for such a directory and transformers' AutoTokenizer otherwise (for a BERT
+directory, the class AutoTokenizer would pick, imported on its own: see `_bert_tokenizer_class`).
 """
 
 from __future__ import annotations
@@ -132,5 +133,31 @@ def load_tokenizer(path: str, config_key: str = "config.model.tokenizer / config
                        "xxlarge) are supported")
     return DebertaV2SpmTokenizer(os.path.join(path, SPM_FILE), do_lower_case=bool(cfg.get("do_lower_case", False)))
   os.environ.setdefault("HF_HUB_OFFLINE", "1")
+  direct = _bert_tokenizer_class(path)
+  if direct is not None:
+    return direct.from_pretrained(path)
   from transformers import AutoTokenizer
   return AutoTokenizer.from_pretrained(path)
+
+
+def _read_json(path: str) -> dict:
+  try:
+    with open(path) as f:
+      data = json.load(f)
+  except (OSError, ValueError):
+    return {}
+  return data if isinstance(data, dict) else {}
+
+
+def _bert_tokenizer_class(path: str):
+  """transformers' BertTokenizer when AutoTokenizer would pick it for `path` (tokenizer_config.json names
+  BertTokenizer[Fast] and config.json is a "bert" model: AutoTokenizer then calls that class's
+  from_pretrained), else None. Imported on its own it takes a second where AutoTokenizer's import takes two or
+  more: AutoTokenizer imports transformers' configuration modules, which import torch where it is installed, in
+  every launch/train.py process (tests/test_bert.py checks that both give the same tokenizer)."""
+  named = str(_read_json(os.path.join(path, "tokenizer_config.json")).get("tokenizer_class") or "")
+  model_type = _read_json(os.path.join(path, "config.json")).get("model_type")
+  if named.removesuffix("Fast") != "BertTokenizer" or model_type != "bert":
+    return None
+  from transformers.models.bert.tokenization_bert import BertTokenizer  # pylint: disable=import-outside-toplevel
+  return BertTokenizer

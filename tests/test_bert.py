@@ -1,6 +1,8 @@
 """Parity of evqa_jax.models.bert with Hugging Face PyTorch BERT, and the checkpoint utilities."""
 
 import functools
+import json
+import os
 import re
 
 import flax.linen as nn
@@ -228,6 +230,39 @@ def test_real_minilm_matches_hf():
   np.testing.assert_allclose(_np(ours), ref, atol=1e-5, rtol=1e-5)  # measured max abs error 2.3e-6
   np.testing.assert_array_equal(np.asarray(bert.word_embeddings(params)),
                                 hf.embeddings.word_embeddings.weight.detach().numpy())
+
+
+def test_minilm_tokenizer_is_autotokenizers_without_importing_torch(tmp_path):
+  """load_tokenizer on a BERT directory gives AutoTokenizer's tokenizer (same class, settings and encodings), without
+  AutoTokenizer's import of torch; a directory that does not name BertTokenizer goes through AutoTokenizer."""
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  from evqa_jax import spm_tokenizer  # pylint: disable=g-import-not-at-top
+  from evqa_jax.pretrained import minilm_dir  # pylint: disable=g-import-not-at-top
+  path = minilm_dir()
+  ours, auto = spm_tokenizer.load_tokenizer(path), transformers.AutoTokenizer.from_pretrained(path)
+  assert type(ours) is type(auto) and ours.init_kwargs == auto.init_kwargs and len(ours) == len(auto)
+  texts = ["A man is slicing a TOMATO in the kitchen.", "naïve café [MASK] who?", "  many   spaces\tand\nlines ",
+           "ﬁ ligature ＦＵＬＬ width ... 1,000.5% e-mail@x.org 中文"]
+  for kwargs in ({}, {"max_length": 9, "truncation": True, "padding": "max_length"},
+                 {"add_special_tokens": False}):
+    assert ours(texts, **kwargs) == auto(texts, **kwargs), kwargs
+  assert ours(texts[0], texts[1], max_length=12, truncation=True) == auto(texts[0], texts[1], max_length=12,
+                                                                          truncation=True)
+  other = tmp_path / "other"
+  other.mkdir()
+  for name in os.listdir(path):
+    if name in ("tokenizer_config.json", "config.json", "tokenizer.json", "vocab.txt", "special_tokens_map.json"):
+      (other / name).write_bytes(open(os.path.join(path, name), "rb").read())
+  cfg = json.loads((other / "config.json").read_text())
+  (other / "config.json").write_text(json.dumps(dict(cfg, model_type="distilbert")))
+  assert spm_tokenizer._bert_tokenizer_class(str(other)) is None  # pylint: disable=protected-access
+  assert spm_tokenizer._bert_tokenizer_class(path) is type(auto)  # pylint: disable=protected-access
+  code = ("import sys; from evqa_jax import spm_tokenizer, pretrained; "
+          "t = spm_tokenizer.load_tokenizer(pretrained.minilm_dir()); print(type(t).__name__, 'torch' in sys.modules)")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120,
+                       env=dict(os.environ, HF_HUB_OFFLINE="1"))
+  assert out.stdout.split() == ["BertTokenizer", "False"], out.stdout + out.stderr[-2000:]
 
 
 def test_bfloat16_close_to_float32(tiny):

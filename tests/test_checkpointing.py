@@ -85,3 +85,31 @@ def test_switching_the_array_handler_logs_no_orbax_override_warning(caplog, orba
       handler = ocp.type_handlers.get_type_handler(jax.Array)
       assert handler._use_replica_parallel is enabled  # pylint: disable=protected-access
   assert not [r.getMessage() for r in caplog.records if "Type handler registry" in r.getMessage()]
+
+
+def test_state_checksums_on_host_equal_the_device_program_and_a_hand_computed_case():
+  """A small state held whole by the process is summed on the host (no compile); the numbers are the device
+  program's, for every dtype a train state holds and for sharded and replicated arrays."""
+  from evqa_jax.train import safeguards
+  mesh = Mesh(np.array(jax.devices()).reshape(4, 2), ("data", "model"))
+  r = np.random.RandomState(0)
+  state = {
+      "f32": jax.device_put(r.normal(size=(8, 8750)).astype(np.float32),
+                            NamedSharding(mesh, P("data", None))),
+      "bf16": jax.device_put(r.normal(size=(4, 6)).astype(jax.numpy.bfloat16), NamedSharding(mesh, P(None, "model"))),
+      "step": jax.numpy.asarray(123456, np.int32),
+      "mask": jax.numpy.asarray(r.rand(5) > 0.5),
+      "ids": jax.numpy.asarray(r.randint(0, 255, (3, 3)), np.uint8),
+      "neg": jax.numpy.asarray([-1, -2**31], np.int32),
+  }
+  host = safeguards.state_checksums(state)
+  device = safeguards.state_checksums(state, host_max_bytes=0)
+  assert host == device and len(host) == 6
+  # uint32 [1, 2, 3]: weights (i * 2654435761 mod 2^32) | 1 = 1, 2654435761, 1013904227; sum mod 2^32.
+  expected = (1 * 1 + 2 * 2654435761 + 3 * 1013904227) % 2**32
+  assert safeguards.state_checksums({"x": np.array([1, 2, 3], np.uint32)}) == {"['x']": expected}
+  assert safeguards.state_checksums({"x": jax.numpy.asarray([1, 2, 3], np.uint32)}, host_max_bytes=0) == \
+      {"['x']": expected}
+  flipped = dict(state, bf16=state["bf16"].at[2, 3].set(7.0))
+  changed = {k for k, v in safeguards.state_checksums(flipped).items() if v != host[k]}
+  assert changed == {"['bf16']"}
