@@ -345,3 +345,37 @@ def test_xla_cpu_kernels_flag_screen_bookkeeping(monkeypatch):
   assert runs[1]["same_numerics"] is False and runs[0]["same_numerics"] is runs[3]["same_numerics"] is True
   assert runs[1]["vs_default"] == {"train": 1.5, "infer": 1.0}  # 18 / mean(10, 14), 50 / mean(40, 60)
   assert runs[0]["vs_default"] == {"train": round(10 / 12, 3), "infer": 0.8}
+
+
+def test_process_log_hook_and_its_summary(tmp_path):
+  """benchmarks/process_log: a process started with the hook on PYTHONPATH logs its compiles; the summary adds them
+  up per script and per program (a hand-written log with known figures)."""
+  sys.path.insert(0, os.path.join(REPO, "benchmarks", "process_log"))
+  try:
+    import analyze  # pylint: disable=import-outside-toplevel
+  finally:
+    sys.path.pop(0)
+  (tmp_path / "1.log").write_text(
+      "START 100.0 /repo/launch/train.py --config=c.py\n"
+      "101.0 Finished tracing train_step for jit in 0.5 sec\n"
+      "102.0 Finished XLA compilation of jit(train_step) in 2.25 sec\n"
+      "103.0 Persistent compilation cache hit for 'jit_init'\n"
+      "END 110.0 10.00\n")
+  (tmp_path / "2.log").write_text(
+      "START 100.0 /repo/launch/train.py --config=c.py\n"
+      "101.0 Finished XLA compilation of jit(train_step) in 1.5 sec\n"
+      "101.5 Finished XLA compilation of jit(_checksums) in 0.25 sec\n"
+      "END 105.0 5.00\n")
+  got = analyze.summarize(str(tmp_path))
+  assert got["processes"] == 2 and got["compiles"] == 3 and got["compile_s"] == 4.0
+  assert got["by_script"] == {"train.py": {"processes": 2, "wall_s": 15.0, "compile_s": 4.0, "cache_hits": 1}}
+  assert got["top_compiles"][0] == {"program": "jit(train_step)", "count": 2, "seconds": 3.75}
+  live = tmp_path / "live"
+  live.mkdir()
+  env = dict(os.environ, EVQA_PROCESS_LOG=str(live), PYTHONPATH=os.path.join(REPO, "benchmarks", "process_log"),
+             JAX_PLATFORMS="cpu")
+  subprocess.run([sys.executable, "-c", "import jax; jax.jit(lambda x: x * 2)(3.0)"], env=env, check=True,
+                 capture_output=True, timeout=120)
+  live_sum = analyze.summarize(str(live))
+  assert live_sum["processes"] == 1 and live_sum["compiles"] >= 1
+  assert any(r["program"] == "jit(<lambda>)" for r in live_sum["top_compiles"])
