@@ -25,6 +25,8 @@ import os
 import re
 from typing import Sequence
 
+from evqa_jax import io as io_lib
+
 SPM_FILE = "spm.model"
 
 
@@ -140,12 +142,12 @@ def load_tokenizer(path: str, config_key: str = "config.model.tokenizer / config
   return AutoTokenizer.from_pretrained(path)
 
 
-def _read_json(path: str) -> dict:
-  try:
-    with open(path) as f:
-      data = json.load(f)
-  except (OSError, ValueError):
+def _json_object(path: str) -> dict:
+  """A tokenizer or model JSON file of a checkpoint directory ({} when it is absent); a malformed one is a
+  ValueError naming the file."""
+  if not os.path.isfile(path):
     return {}
+  data = io_lib.load_json(path, what="checkpoint file", finite=False)
   return data if isinstance(data, dict) else {}
 
 
@@ -155,8 +157,8 @@ def _bert_tokenizer_class(path: str):
   from_pretrained), else None. Imported on its own it takes a second where AutoTokenizer's import takes two or
   more: AutoTokenizer imports transformers' configuration modules, which import torch where it is installed, in
   every launch/train.py process (tests/test_bert.py checks that both give the same tokenizer)."""
-  named = str(_read_json(os.path.join(path, "tokenizer_config.json")).get("tokenizer_class") or "")
-  model_type = _read_json(os.path.join(path, "config.json")).get("model_type")
+  named = str(_json_object(os.path.join(path, "tokenizer_config.json")).get("tokenizer_class") or "")
+  model_type = _json_object(os.path.join(path, "config.json")).get("model_type")
   if named.removesuffix("Fast") != "BertTokenizer" or model_type != "bert":
     return None
   from transformers.models.bert.tokenization_bert import BertTokenizer  # pylint: disable=import-outside-toplevel

@@ -258,6 +258,9 @@ def test_minilm_tokenizer_is_autotokenizers_without_importing_torch(tmp_path):
   (other / "config.json").write_text(json.dumps(dict(cfg, model_type="distilbert")))
   assert spm_tokenizer._bert_tokenizer_class(str(other)) is None  # pylint: disable=protected-access
   assert spm_tokenizer._bert_tokenizer_class(path) is type(auto)  # pylint: disable=protected-access
+  (other / "config.json").write_text('{"model_type": "bert",')
+  with pytest.raises(ValueError, match=r"checkpoint file .*other/config.json: line 1.*not valid JSON"):
+    spm_tokenizer.load_tokenizer(str(other))
   code = ("import sys; from evqa_jax import spm_tokenizer, pretrained; "
           "t = spm_tokenizer.load_tokenizer(pretrained.minilm_dir()); print(type(t).__name__, 'torch' in sys.modules)")
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120,

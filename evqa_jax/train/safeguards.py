@@ -45,27 +45,18 @@ _MULT = 2654435761
 HOST_CHECKSUM_MAX_BYTES = 64 * 2**20
 
 
-def _leaf_checksum(x):
-  if x.dtype == jnp.bool_:
-    bits = x.astype(jnp.uint32)
-  else:
-    unsigned = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32}[x.dtype.itemsize]
-    bits = jax.lax.bitcast_convert_type(x, unsigned).astype(jnp.uint32)
-  flat = bits.reshape(-1)
-  weights = (jnp.arange(flat.size, dtype=jnp.uint32) * jnp.uint32(_MULT)) | jnp.uint32(1)
-  return jnp.sum(flat * weights, dtype=jnp.uint32)
-
-
-def _host_leaf_checksum(x: np.ndarray) -> int:
-  """`_leaf_checksum` in numpy (uint32 arithmetic wraps mod 2^32 alike): the same number."""
+def _leaf_checksum(x, xp=jnp):
+  """The checksum of one array: in a jitted program (xp=jnp), or in numpy on the host (xp=np; uint32 arithmetic
+  wraps mod 2^32 alike, so the number is the same)."""
   if x.dtype == np.bool_:
-    bits = x.astype(np.uint32)
+    bits = x.astype(xp.uint32)
   else:
-    unsigned = {1: np.uint8, 2: np.uint16, 4: np.uint32}[x.dtype.itemsize]
-    bits = np.ascontiguousarray(x).view(unsigned).astype(np.uint32)
+    unsigned = {1: xp.uint8, 2: xp.uint16, 4: xp.uint32}[x.dtype.itemsize]
+    bits = (jax.lax.bitcast_convert_type(x, unsigned) if xp is jnp
+            else np.ascontiguousarray(x).view(unsigned)).astype(xp.uint32)
   flat = bits.reshape(-1)
-  weights = (np.arange(flat.size, dtype=np.uint32) * np.uint32(_MULT)) | np.uint32(1)
-  return int(np.sum(flat * weights, dtype=np.uint32))
+  weights = (xp.arange(flat.size, dtype=xp.uint32) * xp.uint32(_MULT)) | xp.uint32(1)
+  return xp.sum(flat * weights, dtype=xp.uint32)
 
 
 @jax.jit
@@ -79,9 +70,9 @@ def state_checksums(state, host_max_bytes: int = HOST_CHECKSUM_MAX_BYTES) -> dic
   paths, leaves = zip(*jax.tree_util.tree_leaves_with_path(state)) if jax.tree.leaves(state) else ((), ())
   keys = [jax.tree_util.keystr(p) for p in paths]
   on_host = (all(getattr(x, "is_fully_addressable", True) for x in leaves)
-             and sum(np.dtype(x.dtype).itemsize * int(np.prod(x.shape)) for x in leaves) <= host_max_bytes)
+             and sum(x.nbytes for x in leaves) <= host_max_bytes)
   if on_host:
-    return {k: _host_leaf_checksum(np.asarray(x)) for k, x in zip(keys, leaves)}
+    return {k: int(_leaf_checksum(np.asarray(x), np)) for k, x in zip(keys, leaves)}
   sums = _checksums(list(leaves))
   return {k: int(np.asarray(s.addressable_data(0))) for k, s in zip(keys, sums)}
 
