@@ -19,6 +19,7 @@ the issue's rule of thumb (it counts this benchmark's own threads too, and lags 
 the sharper test. An unusable run still prints its figures, marked so in the JSON and on stderr.
 """
 
+import datetime
 import importlib.metadata
 import os
 import platform
@@ -58,11 +59,29 @@ def describe() -> dict:
     except importlib.metadata.PackageNotFoundError:
       versions[pkg] = None
   return {"cpu_model": info.get("model name") or platform.processor() or platform.machine(),
+          "cpu_id": cpu_id(info),
           "cpu_flags": [f for f in CPU_FLAGS if f in flags], "hypervisor": "hypervisor" in flags,
           "cpu_count": os.cpu_count(), "usable_cores": usable_cores, "platform": platform.platform(),
           "versions": versions, "xla_flags": os.environ.get("XLA_FLAGS", ""),
           "threads_env": {k: os.environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS") if k in os.environ},
           "git_commit": git_commit()}
+
+
+def cpu_id(info: dict) -> dict:
+  """Vendor, family, model and stepping numbers and the cache size of /proc/cpuinfo's first processor ({} where
+  unknown). A VM's "model name" can be as vague as "AMD EPYC"; family/model tell the core generation apart (AMD
+  family 25: model 1 is Zen 3 "Milan", model 17 Zen 4 "Genoa"), and with the flags they name what XLA compiled for."""
+  out = {}
+  if info.get("vendor_id"):
+    out["vendor"] = info["vendor_id"]
+  for key, name in (("cpu family", "family"), ("model", "model"), ("stepping", "stepping")):
+    try:
+      out[name] = int(info[key])
+    except (KeyError, ValueError):
+      pass
+  if info.get("cache size"):
+    out["cache_size"] = info["cache size"]
+  return out
 
 
 def git_commit() -> str | None:
@@ -95,6 +114,10 @@ def _own_seconds() -> float:
   """CPU seconds of this process (all threads) and of its children that have been waited for."""
   t = os.times()
   return t.user + t.system + t.children_user + t.children_system
+
+
+def _utc_now() -> str:
+  return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def load1() -> float:
@@ -139,6 +162,7 @@ class Monitor:
     self.max_load_per_core = max_load_per_core
     self.blocks = []
     self.start_load1 = load1()
+    self.start_utc = _utc_now()
 
   def block(self, label: str) -> Block:
     return Block(label, self.blocks)
@@ -185,7 +209,8 @@ class Monitor:
       else:
         print("[machine] UNUSABLE for quoting (machine busy): " + "; ".join(v["reasons"]), file=sys.stderr,
               flush=True)
-    return {"machine": describe(), "load": dict(v, blocks=self.blocks), "usable": v["usable"]}
+    return {"machine": describe(), "load": dict(v, blocks=self.blocks), "usable": v["usable"],
+            "utc": {"start": self.start_utc, "end": _utc_now()}}
 
 
 def add_arguments(parser) -> None:

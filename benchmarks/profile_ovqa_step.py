@@ -179,6 +179,35 @@ def union_ns(intervals) -> float:
   return total
 
 
+def idle_gaps(events, kinds: dict, wall_ns: float, steps: int) -> dict:
+  """Where the host share goes: the idle intervals between the traced ops (after merging overlapping ones), each
+  charged to the category of the op that ends right before it. {"count_per_step", "share_of_wall", "us": {p50, p90,
+  p99, max}, "share_of_wall_by_previous_op", "over_50us_per_step", "largest": [(previous op, next op, us)]}.
+  Many short gaps spread over every kind of op mean per-op dispatch / thread wake-ups in XLA:CPU's executor; a few
+  long ones at step boundaries mean Python or transfers between steps."""
+  spans = sorted((s, s + d, name) for name, s, d in events)
+  gaps, end, last = [], None, None
+  for s, e, name in spans:
+    if end is not None and s > end:
+      gaps.append((s - end, last, name))
+    if end is None or e >= end:
+      end, last = e, name
+  if not gaps:
+    return {"count_per_step": 0.0, "share_of_wall": 0.0}
+  us = sorted(g / 1e3 for g, _, _ in gaps)
+  pick = lambda q: round(us[min(len(us) - 1, int(q * len(us)))], 1)  # noqa: E731
+  by_prev = collections.defaultdict(float)
+  for g, prev, _ in gaps:
+    by_prev[kinds.get(prev, "other elementwise/reduce")] += g
+  total = sum(g for g, _, _ in gaps)
+  return {"count_per_step": round(len(gaps) / steps, 1), "share_of_wall": round(total / wall_ns, 4),
+          "us": {"p50": pick(0.5), "p90": pick(0.9), "p99": pick(0.99), "max": round(us[-1], 1)},
+          "share_of_wall_by_previous_op": {k: round(v / wall_ns, 4)
+                                           for k, v in sorted(by_prev.items(), key=lambda kv: -kv[1])},
+          "over_50us_per_step": round(sum(1 for g, _, _ in gaps if g > 50e3) / steps, 1),
+          "largest": [[prev, nxt, round(g / 1e3, 1)] for g, prev, nxt in sorted(gaps, key=lambda x: -x[0])[:5]]}
+
+
 def shares(values: dict) -> dict:
   total = sum(values.values()) or 1.0
   return {k: round(v / total, 4) for k, v in sorted(values.items(), key=lambda kv: -kv[1])}
@@ -233,6 +262,7 @@ def profile_step(name, fn, call, steps: int, hlo_dir: str) -> dict:
       "traced_steps": steps, "events": len(events),
       "share_by_category": shares(by_cat), "share_by_model_part": shares(by_part), "share_by_pass": shares(by_pass),
       "host_share": round(max(0.0, 1.0 - busy / wall_ns), 4),
+      "idle_gaps": idle_gaps(events, kinds, wall_ns, steps),
       "op_time_over_wall": round(op_total / wall_ns, 3),  # > 1 where ops ran on several threads at once
       "top_ops": [{"op": op, "category": kinds[op], "part": model_part(top[op][1]),
                    "share": round(d / op_total, 4)} for op, d in top_ops],
@@ -287,6 +317,10 @@ def print_table(model, mode, r) -> None:
     print(f"  {cat:<28s} {share:6.1%}", file=sys.stderr)
   print("  by part: " + ", ".join(f"{k} {v:.1%}" for k, v in r["share_by_model_part"].items()), file=sys.stderr)
   print("  by pass: " + ", ".join(f"{k} {v:.1%}" for k, v in r["share_by_pass"].items()), file=sys.stderr, flush=True)
+  g = r.get("idle_gaps") or {}
+  if g.get("count_per_step"):
+    print(f"  idle between ops: {g['share_of_wall']:.1%} of wall in {g['count_per_step']:.0f} gaps per step "
+          f"(median {g['us']['p50']} us, p90 {g['us']['p90']} us, max {g['us']['max']} us)", file=sys.stderr, flush=True)
 
 
 def main(argv=None) -> dict:

@@ -70,14 +70,29 @@ def test_block_measures_own_cpu_not_as_foreign():
   assert 0.0 <= rec["foreign_cores"] <= os.cpu_count() + 0.1
   assert 0.0 <= rec["steal_cores"] <= os.cpu_count() + 0.1
   report = mon.report(log=False)
-  assert set(report) == {"machine", "load", "usable"}
+  assert set(report) == {"machine", "load", "usable", "utc"}
+  assert report["utc"]["start"] <= report["utc"]["end"] and report["utc"]["end"].endswith("Z")
   m = report["machine"]
   assert m["cpu_count"] == os.cpu_count() and m["usable_cores"] >= 1 and m["cpu_model"]
+  info = machine._io().cpuinfo()  # pylint: disable=protected-access
+  if "cpu family" in info:  # Linux x86: the numbers that tell a vague "AMD EPYC" model name's generation apart
+    assert m["cpu_id"]["family"] == int(info["cpu family"]) and m["cpu_id"]["model"] == int(info["model"])
   assert set(machine.PACKAGES) <= set(m["versions"]) and m["versions"]["jax"]
   if os.path.isdir(os.path.join(REPO, ".git")) or os.path.isfile(os.path.join(REPO, ".git")):
     head = subprocess.run(["git", "-C", REPO, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     assert m["git_commit"].split("+")[0] == head and len(head) == 40
   assert report["load"]["blocks"] == mon.blocks
+
+
+def test_cpu_id_names_the_core_generation():
+  """A VM may call its CPU just "AMD EPYC": family/model/stepping (Zen 3 Milan is family 25 model 1, Zen 4 Genoa
+  model 17) and the cache size come from /proc/cpuinfo's fields; missing or malformed fields are left out."""
+  milan = {"vendor_id": "AuthenticAMD", "cpu family": "25", "model": "1", "model name": "AMD EPYC", "stepping": "1",
+           "cache size": "512 KB"}
+  assert machine.cpu_id(milan) == {"vendor": "AuthenticAMD", "family": 25, "model": 1, "stepping": 1,
+                                   "cache_size": "512 KB"}
+  assert machine.cpu_id({"cpu family": "6", "model": "unknown"}) == {"family": 6}
+  assert machine.cpu_id({}) == {}
 
 
 def test_git_commit_names_the_timed_code_code_version_only_the_code_paths(tmp_path, monkeypatch):
@@ -265,6 +280,22 @@ def test_profile_classifies_hlo_instructions():
   # Overlapping op intervals (two threads) count once in the busy time; shares are of the summed op time.
   assert prof.union_ns([(0, 10), (5, 10), (30, 5)]) == 20
   assert prof.shares({"matmul": 3.0, "softmax": 1.0}) == {"matmul": 0.75, "softmax": 0.25}
+
+
+def test_profile_idle_gaps_are_charged_to_the_op_before_them():
+  """Idle time between ops (the host share, split up): overlapping ops merge, each gap goes to the op that ended
+  last before it. Two steps of a 100 us wall: gaps 5 us (after a), 20 us (after the longer of b/c: b) and 60 us
+  (after d)."""
+  import profile_ovqa_step as prof  # pylint: disable=import-outside-toplevel
+  ev = [("a", 0, 10_000), ("b", 15_000, 10_000), ("c", 16_000, 4_000), ("d", 45_000, 5_000),
+        ("a", 110_000, 5_000)]
+  kinds = {"a": "matmul", "b": "softmax", "c": "matmul", "d": "dropout RNG"}
+  g = prof.idle_gaps(ev, kinds, wall_ns=200_000.0, steps=2)
+  assert g["count_per_step"] == 1.5 and g["share_of_wall"] == round(85 / 200, 4)
+  assert g["share_of_wall_by_previous_op"] == {"dropout RNG": 0.3, "softmax": 0.1, "matmul": 0.025}
+  assert g["us"] == {"p50": 20.0, "p90": 60.0, "p99": 60.0, "max": 60.0} and g["over_50us_per_step"] == 0.5
+  assert g["largest"][0] == ["d", "a", 60.0] and g["largest"][-1] == ["a", "b", 5.0]
+  assert prof.idle_gaps([("a", 0, 5)], kinds, 10.0, 1) == {"count_per_step": 0.0, "share_of_wall": 0.0}
 
 
 def test_toeplitz_backward_compares_scan_and_gathers(monkeypatch):
