@@ -11,7 +11,9 @@ demo's MiniLM + adapters, and DeBERTa-v2 with xsmall shapes; same batch, same sh
 - a jax.profiler trace of `--steps` steady steps: XLA:CPU emits one event per executed top-level instruction
   (thunk), so each category's share = its summed event time / all events' time. The shares are relative, so they
   hold on a busy machine too (the absolute times do not); `host_share` = 1 - (union of the op intervals / traced
-  wall time) is the part of a step spent outside XLA's ops (Python dispatch, argument handling, transfers).
+  wall time) is the part of a step outside the traced ops (Python dispatch, argument handling, transfers, and the
+  iterations of top-level while loops, which emit no events of their own); `idle_gaps` splits it by the op before
+  each gap.
 Also the share by model part (attention, FFN, adapters, embeddings, answer head, optimiser) and by pass (forward,
 backward, optimiser). Prints a table per step to stderr and one JSON line to stdout (and --out).
 """
@@ -183,8 +185,9 @@ def idle_gaps(events, kinds: dict, wall_ns: float, steps: int) -> dict:
   """Where the host share goes: the idle intervals between the traced ops (after merging overlapping ones), each
   charged to the category of the op that ends right before it. {"count_per_step", "share_of_wall", "us": {p50, p90,
   p99, max}, "share_of_wall_by_previous_op", "over_50us_per_step", "largest": [(previous op, next op, us)]}.
-  Many short gaps spread over every kind of op mean per-op dispatch / thread wake-ups in XLA:CPU's executor; a few
-  long ones at step boundaries mean Python or transfers between steps."""
+  Many short gaps spread over every kind of op mean per-op dispatch / thread wake-ups in XLA:CPU's executor; long
+  ones after a `while` loop are its iterations (XLA:CPU emits events for top-level ops only, so a loop's body runs
+  "between" them: jax's looped threefry shows up this way); long ones at step boundaries are Python or transfers."""
   spans = sorted((s, s + d, name) for name, s, d in events)
   gaps, end, last = [], None, None
   for s, e, name in spans:

@@ -284,7 +284,7 @@ def test_profile_classifies_hlo_instructions():
 
 def test_profile_idle_gaps_are_charged_to_the_op_before_them():
   """Idle time between ops (the host share, split up): overlapping ops merge, each gap goes to the op that ended
-  last before it. Two steps of a 100 us wall: gaps 5 us (after a), 20 us (after the longer of b/c: b) and 60 us
+  last before it. Two steps in 200 us of wall: gaps of 5 us (after a), 20 us (after b, which ends after c) and 60 us
   (after d)."""
   import profile_ovqa_step as prof  # pylint: disable=import-outside-toplevel
   ev = [("a", 0, 10_000), ("b", 15_000, 10_000), ("c", 16_000, 4_000), ("d", 45_000, 5_000),
