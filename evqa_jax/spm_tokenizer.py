@@ -2,9 +2,10 @@
 
 microsoft/deberta-v2-xlarge ships `spm.model` (SentencePiece, pieces [PAD] 0, [CLS] 1, [SEP] 2, [UNK] 3) and no
 tokenizer.json; the authors load it with the slow `DebertaV2Tokenizer.from_pretrained`. transformers 5 only has the
-fast tokenizer converted from `spm.model`, and that one differs from the slow one on text that SentencePiece
-normalises (NFKC: ligatures, full-width letters, "..." as one character; see tests/test_spm_tokenizer.py), so a
-DeBERTa-v2 directory with `spm.model` is tokenized here with the `sentencepiece` package, as the slow tokenizer did:
+fast tokenizer converted from `spm.model`, and up to transformers 5.24 that one differs from the slow one on text
+that SentencePiece normalises (NFKC: ligatures, full-width letters, "..." as one character; 5.25's conversion agrees
+on the test's prompts; see tests/test_spm_tokenizer.py), so a DeBERTa-v2 directory with `spm.model` is tokenized here
+with the `sentencepiece` package, as the slow tokenizer did, whichever transformers 5.x is installed:
 
   1. split the text on the special tokens ([CLS] [SEP] [PAD] [UNK] [MASK]) and strip the whitespace on both sides
      of each (the slow tokenizers' default for special tokens that are plain strings);
