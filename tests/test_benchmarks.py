@@ -339,7 +339,9 @@ def test_xla_cpu_kernels_gemms_hand_counted_and_checked_against_float64():
   assert g["ffn_down_dx"]["share_of_layer_forward_flops"] == 0.0
   for r in g.values():
     assert max(r["relative_error_vs_float64"].values()) < 1e-5
-    assert r["ratio_jax_over_torch"] == round(r["gflops_per_s"]["jax"] / r["gflops_per_s"]["torch"], 3)
+    # The ratio comes from the unrounded medians (a busy machine's tiny-shape rates once rounded to 0.0 GFLOP/s).
+    assert r["ratio_jax_over_torch"] == pytest.approx(r["gflops_per_s"]["jax"] / r["gflops_per_s"]["torch"],
+                                                      rel=2e-3, abs=1e-3)
   assert len(out["load"]["blocks"]) == 2 * len(specs)
 
 
