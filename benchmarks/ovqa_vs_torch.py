@@ -31,8 +31,8 @@ Three sides (columns):
   Attention, nn.Dense, every layer over the whole sequence), the same adapters, freezing (gradients and Adam state
   for the trainable subtree only, donated), dropout, head, loss and optimiser, weights copied from the torch model.
   It is the yardstick for what plain JAX reaches on the machine at hand; the product should be at least as fast.
-  It is compiled with jax's own lowerings (with --unrolled-threefry, StepFns registers an unrolled CPU threefry
-  process-wide, evqa_jax/train/fast_rng.py; the plain reference does not get it).
+  It is compiled with jax's own lowerings (with --unrolled-threefry, evqa_jax's steps are lowered with an unrolled
+  CPU threefry, evqa_jax/train/fast_rng.py; the plain reference does not get it).
 
 Before timing, a parity check runs every side deterministically on the benchmark batch and reports the largest
 logit difference against PyTorch (proof that all compute the same function). Timing: `--warmup` steps are excluded
@@ -507,8 +507,8 @@ class PlainFlaxRunner:
       updates, opt_state = tx.update(grads, opt_state, trainable)
       return optax.apply_updates(trainable, updates), opt_state, step + 1, loss
 
-    # Compiled here, with jax's own lowerings: with --unrolled-threefry, StepFns registers an unrolled CPU threefry
-    # (evqa_jax.train.fast_rng), which a plain Flax program would not have.
+    # Compiled here, with jax's own lowerings whatever is registered (evqa_jax's steps carry their own threefry
+    # lowering, evqa_jax.train.fast_rng; with --unrolled-threefry the unrolled one, which plain Flax would not have).
     from evqa_jax.train import fast_rng
     with fast_rng.jax_default_threefry():
       t0 = time.perf_counter()

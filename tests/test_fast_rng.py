@@ -54,7 +54,7 @@ def test_jax_default_threefry_block_restores_the_previous_lowering():
   fast_rng.set_unrolled_threefry_on_cpu(False)
 
 
-def test_step_fns_register_it_only_when_configured():
+def test_step_fns_lower_with_the_configured_threefry_whatever_is_registered():
   import ml_collections  # pylint: disable=import-outside-toplevel
   import optax  # pylint: disable=import-outside-toplevel
   from configs import common  # pylint: disable=import-outside-toplevel
@@ -70,9 +70,45 @@ def test_step_fns_register_it_only_when_configured():
 
   fast_rng.set_unrolled_threefry_on_cpu(False)
   for cfg, want in (({}, False), ({"unrolled_cpu_threefry": False}, False), ({"unrolled_cpu_threefry": True}, True)):
-    steps.StepFns(Task(**cfg), optax.sgd(0.0), mesh, (), {}, repl, None)
-    assert fast_rng._state["unrolled"] is want  # pylint: disable=protected-access
-  fast_rng.set_unrolled_threefry_on_cpu(False)
+    fns = steps.StepFns(Task(**cfg), optax.sgd(0.0), mesh, (), {}, repl, None)
+    for step in (fns.train_step, fns.eval_step, fns.eval_loss_step):
+      assert isinstance(step, fast_rng.ThreefryJit) and step.unrolled_threefry is want
+    assert fast_rng._state["unrolled"] is False  # pylint: disable=protected-access  # nothing registered globally
+
+
+def test_threefry_jit_lowers_its_own_way_in_any_order(monkeypatch):
+  """Two configs in one process (a notebook, the test session): each jitted function, even of the same Python
+  function, is lowered with its own lowering whatever is registered when it is first called or lowered, draws the
+  same bits, and leaves the registered lowering as it found it."""
+  tf, _ = fast_rng._threefry_module()  # pylint: disable=protected-access
+  used = []  # which rule lowered each threefry op: True = unrolled, False = jax's looped CPU rule
+  for name, unrolled in (("_threefry2x32_lowering_rule", True), ("_threefry2x32_cpu_lowering_rule", False)):
+    real = getattr(tf, name)
+    monkeypatch.setattr(tf, name, lambda *a, _real=real, _u=unrolled, **k: used.append(_u) or _real(*a, **k))
+
+  def f(step):
+    key = jax.random.fold_in(jax.random.key(42), step)
+    return jax.random.bernoulli(key, 0.9, (4, 3, 37, 37))
+
+  try:
+    for registered in (True, False):
+      fast_rng.set_unrolled_threefry_on_cpu(registered)
+      looped, unrolled = fast_rng.jit(f, unrolled_threefry=False), fast_rng.jit(f, unrolled_threefry=True)
+      assert looped.__name__ == "f" and (looped.unrolled_threefry, unrolled.unrolled_threefry) == (False, True)
+      for fn, want_while in ((looped, True), (unrolled, False), (fast_rng.jit(f, unrolled_threefry=False), True)):
+        # (lowered for a bool step: a trace of its own, so the calls below, with an int, trace and lower anew)
+        assert (" while(" in fn.lower(registered).compile().as_text()) is want_while
+      used.clear()
+      want = np.asarray(looped(2))  # first calls: traced and lowered here, one of them against the registration
+      assert used and set(used) == {False}
+      used.clear()
+      np.testing.assert_array_equal(np.asarray(unrolled(2)), want)
+      assert used and set(used) == {True}
+      assert fast_rng._state["unrolled"] is registered  # pylint: disable=protected-access
+      assert 0.85 < want.mean() < 0.95
+  finally:
+    monkeypatch.undo()  # jax's own rules back first, so that the registration below is not one of the wrappers
+    fast_rng.set_unrolled_threefry_on_cpu(False)
 
 
 def test_create_state_initialises_the_parameters_of_the_looped_lowering(monkeypatch):

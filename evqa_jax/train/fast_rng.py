@@ -19,8 +19,11 @@ Parameter initialisation always lowers with the unrolled hash (`jit_init`, used 
 parameters (tests/test_fast_rng.py), while XLA compiles it faster (E-VQA's test config: `create_state`, compile + run,
 18.1 -> 8.0 s side by side in one process), since the looped lowering compiles one while loop per parameter tensor.
 
-The lowering is registered process-wide (jax keeps one rule per primitive and platform); it applies to everything
-lowered afterwards, not to programs already compiled.
+jax keeps one lowering rule per primitive and platform, registered process-wide, and applies it when a function is
+lowered (its first call, or `.lower()`), not when it is jitted. So the choice belongs to the jitted function, not to
+the process: `fast_rng.jit(fn, unrolled_threefry=...)` lowers `fn` with the lowering it was given whatever is
+registered when it is first called (the train steps of two configs in one process, e.g. a notebook or a test
+session, each get their own), and restores the registered one afterwards.
 """
 
 import contextlib
@@ -72,15 +75,50 @@ def jax_default_threefry():
   return threefry_lowering(False)
 
 
-def jit_init(fn, **jit_kwargs):
+class ThreefryJit:
+  """`jax.jit(fn, **jit_kwargs)` that is traced and lowered with the given CPU threefry lowering (see `jit`).
+
+  Calls and `.lower()` enter `threefry_lowering(unrolled_threefry)` unless that lowering is already the registered
+  one (one dict lookup per call on the usual path); other attributes are the jitted function's. `fn` is jitted
+  through a function object of its own: jax caches traces and lowerings by the Python function, so the same `fn`
+  jitted elsewhere (with the other lowering) would otherwise hand its lowered program to this one.
+  """
+
+  def __init__(self, fn, unrolled_threefry: bool, **jit_kwargs):
+    self.unrolled_threefry = bool(unrolled_threefry)
+
+    @functools.wraps(fn)
+    def own(*args, **kwargs):
+      return fn(*args, **kwargs)
+
+    self.jitted = jax.jit(own, **jit_kwargs)
+    functools.update_wrapper(self, fn)
+
+  def __call__(self, *args, **kwargs):
+    if _state["unrolled"] == self.unrolled_threefry:
+      return self.jitted(*args, **kwargs)
+    with threefry_lowering(self.unrolled_threefry):
+      return self.jitted(*args, **kwargs)
+
+  def lower(self, *args, **kwargs):
+    with threefry_lowering(self.unrolled_threefry):
+      return self.jitted.lower(*args, **kwargs)
+
+  def __getattr__(self, name):
+    if name == "jitted":  # not set yet (e.g. while unpickling): no recursion
+      raise AttributeError(name)
+    return getattr(self.jitted, name)
+
+
+def jit(fn, *, unrolled_threefry: bool, **jit_kwargs) -> ThreefryJit:
+  """`jax.jit(fn, **jit_kwargs)` lowered with the unrolled (True) or jax's looped (False) CPU threefry, whatever
+  lowering is registered process-wide when it is first called. The train steps use it (`steps.StepFns`, from
+  `config.unrolled_cpu_threefry`)."""
+  return ThreefryJit(fn, unrolled_threefry, **jit_kwargs)
+
+
+def jit_init(fn, **jit_kwargs) -> ThreefryJit:
   """`jax.jit(fn, **jit_kwargs)` lowered with the unrolled CPU threefry: for parameter initialisation, which draws
   the same bits either way and gives bit-identical parameters (no reduction follows the draws), while the looped
   lowering compiles one while loop per parameter tensor (a few seconds of compile for a small model)."""
-  jitted = jax.jit(fn, **jit_kwargs)
-
-  @functools.wraps(fn)
-  def call(*args, **kwargs):
-    with threefry_lowering(True):
-      return jitted(*args, **kwargs)
-
-  return call
+  return jit(fn, unrolled_threefry=True, **jit_kwargs)

@@ -23,8 +23,9 @@ class StepFns:
   def __init__(self, task, tx, mesh, rules, state_shardings, batch_shard, aux_shardings):
     self.task = task
     repl = sharding.replicated(mesh)
-    if task.config.get("unrolled_cpu_threefry", False):  # the same dropout bits, faster; opt-in (see fast_rng)
-      fast_rng.set_unrolled_threefry_on_cpu()
+    # The dropout masks' CPU threefry: jax's looped lowering or the unrolled one (the same bits, faster; opt-in, see
+    # fast_rng), fixed per step function rather than process-wide.
+    unrolled = bool(task.config.get("unrolled_cpu_threefry", False))
 
     def train_step(state, batch, aux):
       rng = jax.random.fold_in(jax.random.key(task.config.seed), state["step"])
@@ -54,13 +55,14 @@ class StepFns:
 
     self.mesh = mesh
     self.rules = sharding.rules_tuple(rules)
-    self.train_step = jax.jit(train_step, donate_argnums=0,
-                              in_shardings=(state_shardings, batch_shard, aux_shardings),
-                              out_shardings=(state_shardings, repl))
-    self.eval_step = jax.jit(eval_step, in_shardings=(state_shardings, batch_shard, aux_shardings),
-                             out_shardings=repl)
-    self.eval_loss_step = jax.jit(eval_loss_step, in_shardings=(state_shardings, batch_shard, aux_shardings),
-                                  out_shardings=repl)
+    self.train_step = fast_rng.jit(train_step, unrolled_threefry=unrolled, donate_argnums=0,
+                                   in_shardings=(state_shardings, batch_shard, aux_shardings),
+                                   out_shardings=(state_shardings, repl))
+    self.eval_step = fast_rng.jit(eval_step, unrolled_threefry=unrolled,
+                                  in_shardings=(state_shardings, batch_shard, aux_shardings), out_shardings=repl)
+    self.eval_loss_step = fast_rng.jit(eval_loss_step, unrolled_threefry=unrolled,
+                                       in_shardings=(state_shardings, batch_shard, aux_shardings),
+                                       out_shardings=repl)
 
   def context(self):
     """The mesh and logical axis rules under which the steps are traced (and must be called).
