@@ -6,6 +6,10 @@
 A refactor that claims "behaviour unchanged" runs this before and after: every run's `final_metrics.json` and
 `train_history.jsonl` must be equal to every digit (CPU runs are deterministic). Timing fields (wall clock, steps/s)
 are dropped before comparing. Exit status 0 when equal, 1 when anything differs (each difference is printed).
+`--compare` takes any two directories of runs (each run a subdirectory with final_metrics.json, e.g. two workdirs of
+one sweep, or two configs' runs of the same points), or two single runs:
+
+  python launch/behaviour_check.py --compare runs/ovqa_demo_heads /tmp/heads_rerun
 """
 
 import argparse
@@ -49,7 +53,7 @@ def _load(run_dir):
     final = _strip(json.load(f))
   with open(os.path.join(run_dir, "train_history.jsonl")) as f:
     history = [_strip(json.loads(line)) for line in f if line.strip()]
-  return final, history
+  return {"final_metrics.json": final, "train_history.jsonl": history}  # keys name the file in a difference's path
 
 
 def _diff(a, b, path=""):
@@ -66,9 +70,26 @@ def _diff(a, b, path=""):
     yield f"{path}: {a!r} != {b!r}"
 
 
+def run_names(before: str, after: str) -> list:
+  """The runs to compare: every subdirectory of either side holding a final_metrics.json (RUNS' order first, then
+  the others sorted: a fingerprint, or any sweep's workdirs, e.g. two runs of the same points), or "." when both
+  sides are single runs."""
+  found = set()
+  for side in (before, after):
+    if os.path.isdir(side):
+      found.update(n for n in os.listdir(side) if os.path.isfile(os.path.join(side, n, "final_metrics.json")))
+  if not found and all(os.path.isfile(os.path.join(d, "final_metrics.json")) for d in (before, after)):
+    return ["."]
+  return [n for n in RUNS if n in found] + sorted(found - set(RUNS))
+
+
 def compare(before: str, after: str) -> int:
+  names = run_names(before, after)
+  if not names:
+    print(f"no run (a directory with final_metrics.json) in {before} or {after}")
+    return 1
   bad = 0
-  for name in RUNS:
+  for name in names:
     a, b = os.path.join(before, name), os.path.join(after, name)
     if not (os.path.isdir(a) and os.path.isdir(b)):
       print(f"{name}: missing in {'before' if not os.path.isdir(a) else 'after'}")
