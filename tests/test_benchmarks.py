@@ -185,34 +185,53 @@ def test_ovqa_vs_torch_runs_end_to_end(tmp_path):
   env = dict(os.environ, XLA_FLAGS="", PYTHONPATH=REPO)  # one CPU device, as the benchmark runs
   cmd = [sys.executable, os.path.join(REPO, "benchmarks", "ovqa_vs_torch.py"), "--quick", "--batch", "2",
          "--text-len", "12", "--frames", "2", "--answers", "64", "--minilm-layers", "1", "--deberta-layers", "1",
-         "--out", str(out)]
+         "--threefry", "both", "--out", str(out)]
   proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800, check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
   result = json.loads(out.read_text())
   assert result == json.loads(proc.stdout.strip().splitlines()[-1])
   assert result["setting"]["quick"] and result["setting"]["blocks"] == 1
   assert (result["setting"]["minilm_layers"], result["setting"]["deberta_layers"]) == (1, 1)
-  sides = {"minilm": ("jax", "torch", "flax"), "deberta": ("jax", "torch")}
+  assert result["setting"]["threefry"] == "both" and not result["setting"]["unrolled_cpu_threefry"]
+  sides = {"minilm": ("jax", "torch", "flax", "jax_unrolled"), "deberta": ("jax", "torch", "jax_unrolled")}
   for model, fws in sides.items():
     r = result["models"][model]
     assert set(r["examples_per_s"]) == set(fws)
     for fw in fws:
       assert r["examples_per_s"][fw]["train"] > 0 and r["examples_per_s"][fw]["infer"] > 0
-      assert len(set(r["trainable_params"].values())) == 1 and set(r["trainable_params"]) == set(fws)
-    for fw in fws[:1] + fws[2:]:  # every side but torch is checked against torch
+    assert len(set(r["trainable_params"].values())) == 1 and set(r["trainable_params"]) == set(fws) - {"jax_unrolled"}
+    for fw in set(fws) & {"jax", "flax"}:  # the jax and flax sides are checked against torch
       assert r["parity"][fw]["max_abs_logit_diff"] < 1e-3 and r["parity"][fw]["same_top1"] == 1.0
     assert set(r["ratio_jax_over_torch"]) == {"train", "infer"}
-    assert r["jax_compile_s"]["train"] >= 0
+    assert r["jax_compile_s"]["train"] >= 0 and r["jax_unrolled_compile_s"]["train"] >= 0
+    # The two lowerings draw the same dropout masks: the same first step from the same state.
+    first = r["first_train_step"]
+    assert first["jax"]["loss"] == pytest.approx(first["jax_unrolled"]["loss"], rel=1e-5)
+    assert first["jax"]["grad_norm"] == pytest.approx(first["jax_unrolled"]["grad_norm"], rel=1e-5)
+    for ref in ("jax", "torch"):
+      assert r[f"ratio_jax_unrolled_over_{ref}"]["train"] == pytest.approx(
+          r["examples_per_s"]["jax_unrolled"]["train"] / r["examples_per_s"][ref]["train"], rel=1e-2)
   assert set(result["models"]["minilm"]["ratio_jax_over_flax"]) == {"train", "infer"}
   assert result["summary"]["minilm"]["flax"] == result["models"]["minilm"]["examples_per_s"]["flax"]
   # The machine block and the verdict: one load record per (model, side, mode) block.
   assert isinstance(result["usable"], bool) and result["usable"] == result["load"]["usable"]
-  assert len(result["load"]["blocks"]) == 2 * 3 + 2 * 2
+  assert len(result["load"]["blocks"]) == 2 * 4 + 2 * 3
+  assert result["summary"]["minilm"]["jax_unrolled"] == result["models"]["minilm"]["examples_per_s"]["jax_unrolled"]
   assert {"cpu_model", "cpu_flags", "cpu_count", "versions"} <= set(result["machine"])
   for b in result["load"]["blocks"]:
     assert {"load1_before", "load1_after", "foreign_cores", "own_cores", "wall_s"} <= set(b)
   if not result["usable"]:
     assert result["load"]["reasons"] and "UNUSABLE" in proc.stderr
+
+
+def test_ovqa_vs_torch_threefry_flags(capsys):
+  import ovqa_vs_torch  # pylint: disable=import-outside-toplevel
+  with pytest.raises(SystemExit):
+    ovqa_vs_torch.main(["--unrolled-threefry", "--threefry", "both"])
+  assert "--unrolled-threefry is --threefry unrolled" in capsys.readouterr().err
+  with pytest.raises(SystemExit):
+    ovqa_vs_torch.main(["--threefry", "fast"])
+  assert "invalid choice: 'fast'" in capsys.readouterr().err
 
 
 HLO = """HloModule jit_train_step, is_scheduled=true
