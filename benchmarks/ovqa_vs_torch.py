@@ -523,7 +523,8 @@ class PlainFlaxRunner:
       return optax.apply_updates(trainable, updates), opt_state, step + 1, loss
 
     # Compiled here, with jax's own lowerings whatever is registered (evqa_jax's steps carry their own threefry
-    # lowering, evqa_jax.train.fast_rng; with --threefry unrolled or both, the unrolled one, which plain Flax would not have).
+    # lowering, evqa_jax.train.fast_rng; with --threefry unrolled or both, the unrolled one, which plain Flax would
+    # not have).
     from evqa_jax.train import fast_rng
     with fast_rng.jax_default_threefry():
       t0 = time.perf_counter()
@@ -680,15 +681,15 @@ def run_model(model: str, args, workdir: str, monitor) -> dict:
   if both:
     out["jax_unrolled_compile_s"] = compile_s["jax_unrolled"]
     # Both lowerings draw the same dropout masks: from the same state their first train steps must agree.
-    first = {fw: {k: float(first_metrics[(fw, "train")][k]) for k in ("loss", "grad_norm")}
-             for fw in ("jax", "jax_unrolled")}
-    out["first_train_step"] = first
-    print(f"[{model}] first train step, looped vs unrolled threefry: {first}", file=sys.stderr, flush=True)
+    first_step = {fw: {k: float(first_metrics[(fw, "train")][k]) for k in ("loss", "grad_norm")}
+                  for fw in ("jax", "jax_unrolled")}
+    out["first_train_step"] = first_step
+    print(f"[{model}] first train step, looped vs unrolled threefry: {first_step}", file=sys.stderr, flush=True)
     for k in ("loss", "grad_norm"):
-      a, b = first["jax"][k], first["jax_unrolled"][k]
+      a, b = first_step["jax"][k], first_step["jax_unrolled"][k]
       if not abs(a - b) <= 1e-5 * max(1.0, abs(a)):
         raise RuntimeError(f"[{model}] the looped and unrolled threefry steps disagree on the first step's {k}: "
-                           f"{first}")
+                           f"{first_step}")
   if flax_runner:
     out["flax_compile_s"] = flax_runner.compile_s
   out["jax_train_loss_after_warmup"] = float(jax_train(1)["loss"])
