@@ -611,7 +611,6 @@ def run_model(model: str, args, workdir: str, monitor) -> dict:
 
   out = {"trainable_params": {"jax": partition.count_params(jx["state"]["trainable"]),
                               "torch": runner.num_trainable},
-         "jax_threefry": args.threefry,
          "frozen_params_jax": partition.count_params(jx["state"]["frozen"]),
          "torch_attn_implementation": getattr(mlm.config, "_attn_implementation", None)}
   if flax_runner:
