@@ -1,5 +1,5 @@
 """ST-Evidence as released (6 fps mp4, masks/, MCQ files) through data_prep/evqa_release.py and the E-VQA converter,
-on the release-shaped fixture (tests/release_fixtures.py); predicted masks named as the release's; the end-to-end run
+on the release-shaped fixture (data_prep/fixtures.py); predicted masks named as the release's; the end-to-end run
 (convert -> train the paper config at tiny sizes -> official prediction files -> both evaluators)."""
 
 import json
@@ -11,7 +11,7 @@ from PIL import Image
 
 pytest.importorskip("av")
 
-import release_fixtures as R  # pylint: disable=g-import-not-at-top
+from data_prep import fixtures as R  # pylint: disable=g-import-not-at-top
 from data_prep import evqa_release, st_evidence  # pylint: disable=g-import-not-at-top
 from evqa_jax.data.source import TFRecordDataSource  # pylint: disable=g-import-not-at-top
 

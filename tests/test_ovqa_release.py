@@ -1,5 +1,5 @@
 """OVQA as the authors run it: their prompt capitalisation, graph build parameters that the config cannot silently
-diverge from, and their vocabulary / category files (release fixtures: tests/release_fixtures.py)."""
+diverge from, and their vocabulary / category files (release fixtures: data_prep/fixtures.py)."""
 
 import os
 
@@ -66,7 +66,7 @@ def test_task_refuses_a_graph_built_with_other_knobs(monkeypatch):
 
 
 def _release(tmp_path, categories=None):
-  import release_fixtures as R
+  from data_prep import fixtures as R
   rel = R.msrvtt_qa(str(tmp_path / "MSRVTT-QA"))
   train = [a for _, a, _ in R.MSRVTT_ROWS["train"]]
   test = [a for _, a, _ in R.MSRVTT_ROWS["test"]]
@@ -229,7 +229,7 @@ def test_zero_shot_on_the_authors_graph(tmp_path, monkeypatch):
   from evqa_jax.train import partition
   from evqa_jax.train import steps as steps_lib
   from evqa_jax.train import trainer
-  import release_fixtures as R
+  from data_prep import fixtures as R
   _, authors, out = _converted(tmp_path)
   answer_graphs.main(["--data", out, "--authors-graph", authors["dir"]])
   config = _tiny(out, "open")
@@ -304,7 +304,7 @@ def test_cvqa_is_frozenbilms_head(tmp_path):
   from evqa_jax.data import pipeline
   from evqa_jax.models import encoders
   from evqa_jax.train import fast_rng
-  import release_fixtures as R
+  from data_prep import fixtures as R
   _, _, out = _converted(tmp_path, cvqa_topk=3)
   task = OVQATask(_tiny(out, "cvqa"))
   # The authors' train_vocab order (by train count): guitar, woman (2 rows each), then dog.
@@ -430,7 +430,7 @@ def test_release_end_to_end(tmp_path):
   import json
   pytest.importorskip("torch")
   pytest.importorskip("sentencepiece")
-  import release_fixtures as R
+  from data_prep import fixtures as R
   from configs import ovqa_msrvtt
   from evqa_jax.evaluate import ovqa as ovqa_eval
   from evqa_jax.train import trainer

@@ -1,4 +1,4 @@
-"""The release-shaped fixtures (tests/release_fixtures.py) read by our loaders exactly as the authors' loaders read
+"""The release-shaped fixtures (data_prep/fixtures.py) read by our loaders exactly as the authors' loaders read
 the real files: every key used, none left over, dtypes and ids as released."""
 
 import json
@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("sentencepiece")
 
-import release_fixtures as R  # pylint: disable=g-import-not-at-top
+from data_prep import fixtures as R  # pylint: disable=g-import-not-at-top
 
 
 @pytest.fixture(scope="module")
@@ -108,3 +108,27 @@ def test_trained_only_checkpoint_over_the_hf_weights(deberta, tmp_path):
                              sd["deberta.encoder.layer.1.output.adapter.up.bias"].numpy())
   np.testing.assert_allclose(np.asarray(params["deberta"]["encoder"]["LayerNorm"]["scale"]),
                              sd["deberta.encoder.LayerNorm.weight"].numpy())
+
+
+def test_fixtures_command_writes_every_release_whole(tmp_path, capsys):
+  """`python -m data_prep.fixtures --out DIR` writes each paper's release layout under DIR/<paper>/ and never writes
+  over an existing one."""
+  import h5py
+  R.main(["--out", str(tmp_path), "--paper", "violin", "evqa", "ovqa"])
+  ann = json.load(open(tmp_path / "violin" / "violin_annotation.json"))
+  assert sorted(c["split"] for c in ann.values()) == ["test", "train", "train", "validate"]
+  with h5py.File(tmp_path / "violin" / "all_res101_pool5_feat.h5") as f:
+    assert sorted(f) == sorted(ann) and all(f[c]["resnet_features"].shape[1] == 2048 for c in ann)
+  gen = pd.read_csv(tmp_path / "evqa" / "st_evidence_gen" / "st_evidence_gen.csv")
+  assert list(gen.columns) == ["entry_id", "video_id", "video_path", "question", "candidates", "answer", "segment"]
+  assert all((tmp_path / "evqa" / "st_evidence_gen" / p).is_file() for p in gen["video_path"])
+  cfg = json.load(open(tmp_path / "ovqa" / "models" / "deberta-v2-xlarge" / "config.json"))
+  x = torch.load(tmp_path / "ovqa" / "meta_data" / "msrvtt" / "answer_graph" / "train_x.pth", weights_only=True)
+  assert x.shape[1] == cfg["hidden_size"]  # the authors' node features are in the LM's hidden size
+  ckpt = torch.load(tmp_path / "ovqa" / "models" / "frozenbilm.pth", weights_only=False)
+  assert ckpt["model"]["deberta.embeddings.linear_video.weight"].shape == (cfg["hidden_size"], 768)
+  assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
+  before = sorted(os.listdir(tmp_path / "violin"))
+  with pytest.raises(SystemExit):
+    R.main(["--out", str(tmp_path), "--paper", "violin"])
+  assert "violin already exists" in capsys.readouterr().err and sorted(os.listdir(tmp_path / "violin")) == before

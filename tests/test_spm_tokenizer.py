@@ -1,5 +1,5 @@
 """Token ids of a released DeBERTa-v2 directory (spm.model) equal the slow DebertaV2Tokenizer's, which FrozenBiLM and
-OVQA use, on the prompts OVQA builds; the SentencePiece model is trained by the test (tests/release_fixtures.py)."""
+OVQA use, on the prompts OVQA builds; the SentencePiece model is trained by the test (data_prep/fixtures.py)."""
 
 import numpy as np
 import pytest
@@ -7,7 +7,7 @@ import pytest
 spm = pytest.importorskip("sentencepiece")
 pytest.importorskip("torch")
 
-import release_fixtures as R  # pylint: disable=g-import-not-at-top
+from data_prep import fixtures as R  # pylint: disable=g-import-not-at-top
 from evqa_jax import spm_tokenizer  # pylint: disable=g-import-not-at-top
 from evqa_jax.projects.ovqa import input as ovqa  # pylint: disable=g-import-not-at-top
 

@@ -1,4 +1,4 @@
-"""VIOLIN from its release (tests/release_fixtures.py: violin_annotation.json + all_res101_pool5_feat.h5): the authors'
+"""VIOLIN from its release (data_prep/fixtures.py: violin_annotation.json + all_res101_pool5_feat.h5): the authors'
 text preprocessing in the tokens and in the text-cache key; the BERT fine-tuning stage (configs/violin_bert_ft.py)
 handing its encoder to the main config (config.pretrained.init_from); and end to end: convert -> fine-tune 2 steps ->
 train 2 steps -> evaluate -> official predictions scored by `python -m evqa_jax.evaluate.violin`.
@@ -23,7 +23,7 @@ pytest.importorskip("h5py")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-import release_fixtures as R  # noqa: E402  pylint: disable=g-import-not-at-top
+from data_prep import fixtures as R  # noqa: E402  pylint: disable=g-import-not-at-top
 from configs import violin as violin_config  # noqa: E402
 from configs import violin_bert_ft  # noqa: E402
 from data_prep import violin as prep  # noqa: E402

@@ -1,4 +1,11 @@
-"""Release-shaped fixtures: tiny replicas, made by the tests themselves, of every artifact a user downloads.
+"""Release-shaped fixtures: tiny replicas of every artifact a user downloads, so that every real-data command can be
+tried (and is tested) without the real download.
+
+  python -m data_prep.fixtures --out DIR [--paper ovqa violin evqa]   # default: all three papers
+
+writes DIR/<paper>/ with the files laid out as the releases ship them (the command prints the tree and the paths to
+pass to the real-data commands of docs/<paper>.md). The OVQA files are torch.save'd `.pth` files as released, so
+`--paper ovqa` needs torch (CPU wheel: `pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu`).
 
 Each builder writes the exact layout, file names, key names and dtypes of one release at toy sizes; its docstring
 says where that layout comes from (the authors' loader code read for this module). Nothing here is downloaded.
@@ -421,3 +428,70 @@ def evqa_release(root: str, height: int = 24, width: int = 32, seed: int = 0, ma
   shutil.rmtree(options_root)
   return {"dir": root, "frames": frames, "masks": masks, "entries": EVQA_ENTRIES, "temp_options": temp,
           "mask_options": mask_opts, "spatial": spatial}
+
+
+def write_ovqa(root: str) -> dict:
+  """OVQA on MSRVTT-QA: root/models/{deberta-v2-xlarge/, frozenbilm.pth}, root/MSRVTT-QA/ (FrozenBiLM's CSVs and
+  clipvitl14.pth) and root/meta_data/msrvtt/ (the OVQA release's vocabularies, categories and answer graphs)."""
+  deb = deberta_v2_dir(os.path.join(root, "models", "deberta-v2-xlarge"))
+  frozenbilm_checkpoint(os.path.join(root, "models", "frozenbilm.pth"), deb["state_dict"], deb["config"])
+  rel = msrvtt_qa(os.path.join(root, "MSRVTT-QA"))
+  authors = ovqa_authors_files(os.path.join(root, "meta_data", "msrvtt"),
+                               [a for _, a, _ in MSRVTT_ROWS["train"]], [a for _, a, _ in MSRVTT_ROWS["test"]],
+                               embed_dim=deb["config"]["hidden_size"])
+  return {"deberta": deb["path"], "msrvtt_qa": rel["dir"], "meta_data": authors["dir"]}
+
+
+def write_violin(root: str) -> dict:
+  """VIOLIN: root/violin_annotation.json and root/all_res101_pool5_feat.h5, as in the authors' feature folder."""
+  return {"dir": violin_release(root)["dir"]}
+
+
+def write_evqa(root: str) -> dict:
+  """ST-Evidence: root/st_evidence_gen/ (CSV, 6 fps videos, masks) and root/st_evidence_mcq/ (the MCQ files)."""
+  return {"dir": evqa_release(root)["dir"]}
+
+
+PAPERS = {"ovqa": write_ovqa, "violin": write_violin, "evqa": write_evqa}
+
+
+def main(argv=None) -> None:
+  import shutil
+  import tempfile
+  parser = argparse.ArgumentParser(prog="python -m data_prep.fixtures", description=__doc__.split("\n\n")[0],
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("--out", required=True, help="a new (or empty) folder; DIR/<paper>/ per paper")
+  parser.add_argument("--paper", nargs="+", choices=sorted(PAPERS), default=sorted(PAPERS))
+  args = parser.parse_args(argv)
+  out = os.path.abspath(os.path.expanduser(args.out))
+  taken = [p for p in args.paper if os.path.lexists(os.path.join(out, p))]
+  if taken:
+    parser.error(f"--out {args.out}: {', '.join(os.path.join(out, p) for p in taken)} already exists; "
+                 "choose another folder (nothing was written)")
+  if "ovqa" in args.paper:
+    try:
+      import torch  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+    except ImportError:
+      parser.error("--paper ovqa writes torch.save'd .pth files as the releases ship them and needs torch: pip "
+                   "install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu (or leave out ovqa)")
+  os.makedirs(out, exist_ok=True)
+  for paper in args.paper:
+    tmp = tempfile.mkdtemp(prefix=f".{paper}.", suffix=".tmp", dir=out)  # whole or nothing: renamed when complete
+    try:
+      PAPERS[paper](tmp)
+      os.replace(tmp, os.path.join(out, paper))
+    except BaseException:
+      shutil.rmtree(tmp, ignore_errors=True)
+      raise
+    print(f"{paper}: {os.path.join(out, paper)}")
+    for dirpath, dirnames, filenames in sorted(os.walk(os.path.join(out, paper))):
+      dirnames.sort()
+      depth = os.path.relpath(dirpath, out).count(os.sep)
+      if depth <= 2:
+        shown = sorted(filenames)[:6]
+        more = f" (+{len(filenames) - 6} more)" if len(filenames) > 6 else ""
+        print(f"  {os.path.relpath(dirpath, out)}/ {' '.join(shown)}{more}")
+
+
+if __name__ == "__main__":
+  main()
