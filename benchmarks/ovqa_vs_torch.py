@@ -31,12 +31,6 @@ Three sides (columns):
   Attention, nn.Dense, every layer over the whole sequence), the same adapters, freezing (gradients and Adam state
   for the trainable subtree only, donated), dropout, head, loss and optimiser, weights copied from the torch model.
   It is the yardstick for what plain JAX reaches on the machine at hand; the product should be at least as fast.
-  It is compiled with jax's own lowerings (with --threefry unrolled, evqa_jax's steps are lowered with an unrolled
-  CPU threefry, evqa_jax/train/fast_rng.py; the plain reference does not get it).
-- jax_unrolled (with --threefry both): evqa_jax's steps once more, lowered with the unrolled CPU threefry
-  (config.unrolled_cpu_threefry=True) on a copy of the state, so that the opt-in lowering is timed beside the default
-  one in the same run. Both draw the same dropout masks: their first train steps from the same state must agree
-  (loss and gradient norm within 1e-5, else the run stops); `first_train_step` in the JSON.
 
 Before timing, a parity check runs every side deterministically on the benchmark batch and reports the largest
 logit difference against PyTorch (proof that all compute the same function). Timing: `--warmup` steps are excluded
@@ -326,11 +320,8 @@ class BenchTask:
                            jax.tree.map(jnp.asarray, self._aux))["params"]
 
 
-def build_jax(model: str, args, config, hf_dir: str, batch, aux, unrolled_side: bool = False):
-  """-> dict(steps, state, batch, aux, task): the trainer's StepFns on a 1-device mesh, params from `hf_dir`.
-
-  With `unrolled_side`, also `steps_unrolled` (the same task and state layout with config.unrolled_cpu_threefry=True)
-  and `state_unrolled` (a copy of `state`: each side's train step donates and updates its own)."""
+def build_jax(model: str, args, config, hf_dir: str, batch, aux):
+  """-> dict(steps, state, batch, aux, task): the trainer's StepFns on a 1-device mesh, params from `hf_dir`."""
   from evqa_jax.models import encoders
   from evqa_jax.projects.ovqa.model import Model
   from evqa_jax.train import partition, sharding
@@ -355,16 +346,8 @@ def build_jax(model: str, args, config, hf_dir: str, batch, aux, unrolled_side: 
   batch_shard = sharding.batch_sharding(mesh, rules)
   aux_shardings = steps_lib.aux_shardings_for(task, mesh, rules, aux)
   steps = steps_lib.StepFns(task, tx, mesh, rules, state_shardings, batch_shard, aux_shardings)
-  out = dict(steps=steps, state=state, batch=sharding.global_batch(batch, batch_shard),
-             aux=sharding.host_to_global(aux, aux_shardings), task=task, mesh=mesh, partition=partition)
-  if unrolled_side:
-    import jax
-    config_u = config.copy_and_resolve_references()
-    config_u.unrolled_cpu_threefry = True
-    out["steps_unrolled"] = steps_lib.StepFns(BenchTask(config_u, ovqa, aux, batch), tx, mesh, rules,
-                                              state_shardings, batch_shard, aux_shardings)
-    out["state_unrolled"] = jax.tree.map(lambda x: x.copy(), state)
-  return out
+  return dict(steps=steps, state=state, batch=sharding.global_batch(batch, batch_shard),
+              aux=sharding.host_to_global(aux, aux_shardings), task=task, mesh=mesh, partition=partition)
 
 
 class _Loader:
@@ -522,20 +505,15 @@ class PlainFlaxRunner:
       updates, opt_state = tx.update(grads, opt_state, trainable)
       return optax.apply_updates(trainable, updates), opt_state, step + 1, loss
 
-    # Compiled here, with jax's own lowerings whatever is registered (evqa_jax's steps carry their own threefry
-    # lowering, evqa_jax.train.fast_rng; with --threefry unrolled or both, the unrolled one, which plain Flax would
-    # not have).
-    from evqa_jax.train import fast_rng
-    with fast_rng.jax_default_threefry():
-      t0 = time.perf_counter()
-      self._train = jax.jit(train_step, donate_argnums=(0, 1, 2)).lower(
-          self.trainable, self.opt_state, self.step, self.frozen, self.batch, self.aux).compile()
-      t1 = time.perf_counter()
-      infer = lambda tr, fr, b, a: jax.lax.top_k(model.apply({"params": merge(tr, fr)}, b, a), 5)[1]  # noqa: E731
-      self._infer = jax.jit(infer).lower(self.trainable, self.frozen, self.batch, self.aux).compile()
-      self.compile_s = {"train": round(t1 - t0, 2), "infer": round(time.perf_counter() - t1, 2)}
-      logits = lambda tr, fr, b, a: model.apply({"params": merge(tr, fr)}, b, a)  # noqa: E731
-      self._logits = jax.jit(logits).lower(self.trainable, self.frozen, self.batch, self.aux).compile()
+    t0 = time.perf_counter()
+    self._train = jax.jit(train_step, donate_argnums=(0, 1, 2)).lower(
+        self.trainable, self.opt_state, self.step, self.frozen, self.batch, self.aux).compile()
+    t1 = time.perf_counter()
+    infer = lambda tr, fr, b, a: jax.lax.top_k(model.apply({"params": merge(tr, fr)}, b, a), 5)[1]  # noqa: E731
+    self._infer = jax.jit(infer).lower(self.trainable, self.frozen, self.batch, self.aux).compile()
+    self.compile_s = {"train": round(t1 - t0, 2), "infer": round(time.perf_counter() - t1, 2)}
+    logits = lambda tr, fr, b, a: model.apply({"params": merge(tr, fr)}, b, a)  # noqa: E731
+    self._logits = jax.jit(logits).lower(self.trainable, self.frozen, self.batch, self.aux).compile()
 
   @property
   def num_trainable(self) -> int:
@@ -555,14 +533,12 @@ class PlainFlaxRunner:
     return np.asarray(self._logits(self.trainable, self.frozen, self.batch, self.aux))
 
 
-def jax_step_runners(jx, ctx, side: str = ""):
+def jax_step_runners(jx, ctx):
   """-> (train(n), infer(n)): n trainer steps on `build_jax`'s state and batch under `ctx()`, waited for; train
-  returns the last step's metrics. The state lives on between calls (train steps update it). `side="unrolled"`: the
-  unrolled-threefry steps on their own state copy (build_jax's `unrolled_side`)."""
+  returns the last step's metrics. The state lives on between calls (train steps update it)."""
   import jax
 
-  suffix = f"_{side}" if side else ""
-  steps, state = jx["steps" + suffix], {"s": jx["state" + suffix]}
+  steps, state = jx["steps"], {"s": jx["state"]}
 
   def train(n):
     with ctx():
@@ -587,13 +563,11 @@ def run_model(model: str, args, workdir: str, monitor) -> dict:
 
   config = experiment_config(model)
   config.batch_size = args.batch
-  config.unrolled_cpu_threefry = args.threefry == "unrolled"
-  both = args.threefry == "both"
   print(f"[{model}] building torch model", file=sys.stderr, flush=True)
   mlm, hf_dir = build_torch(model, args, workdir)
   batch, aux = make_inputs(args, mlm.config.vocab_size)
   print(f"[{model}] building JAX state (importing {hf_dir})", file=sys.stderr, flush=True)
-  jx = build_jax(model, args, config, hf_dir, batch, aux, unrolled_side=both)
+  jx = build_jax(model, args, config, hf_dir, batch, aux)
   steps = jx["steps"]
   # The trainer traces its steps under StepFns.context() (mesh + logical rules). DeBERTa-v2 cannot be traced there
   # yet: flax DenseGeneral's param shape check evaluates its kernel init, whose [embed, heads, kv] logical constraint
@@ -606,8 +580,7 @@ def run_model(model: str, args, workdir: str, monitor) -> dict:
   runner = TorchRunner(ovqa_t, batch, aux, config)
   # The plain-Flax reference exists for the demo model (BERT) only.
   flax_runner = PlainFlaxRunner(ovqa_t, batch, aux, config, args) if model == "minilm" else None
-  # With --threefry both, "jax" is the default (looped) lowering and "jax_unrolled" the opt-in one, side by side.
-  frameworks = ("jax",) + (("jax_unrolled",) if both else ()) + ("torch",) + (("flax",) if flax_runner else ())
+  frameworks = ("jax", "torch") + (("flax",) if flax_runner else ())
 
   out = {"trainable_params": {"jax": partition.count_params(jx["state"]["trainable"]),
                               "torch": runner.num_trainable},
@@ -637,8 +610,6 @@ def run_model(model: str, args, workdir: str, monitor) -> dict:
   del params
 
   jax_train, jax_infer = jax_step_runners(jx, ctx)
-  if both:
-    jaxu_train, jaxu_infer = jax_step_runners(jx, ctx, side="unrolled")
 
   def torch_train(n):
     for _ in range(n):
@@ -661,39 +632,21 @@ def run_model(model: str, args, workdir: str, monitor) -> dict:
   fns = {("jax", "train"): jax_train, ("jax", "infer"): jax_infer,
          ("torch", "train"): torch_train, ("torch", "infer"): torch_infer,
          ("flax", "train"): flax_train, ("flax", "infer"): flax_infer}
-  if both:
-    fns.update({("jax_unrolled", "train"): jaxu_train, ("jax_unrolled", "infer"): jaxu_infer})
   # the plain-Flax steps were compiled ahead (PlainFlaxRunner.compile_s)
-  compile_s = {fw: {} for fw in frameworks if fw.startswith("jax")}
-  first_metrics = {}
+  compile_s = {}
   for mode in ("train", "infer"):
-    for fw in compile_s:  # compile = first call - one steady call
-      t0 = time.perf_counter()
-      first_metrics[(fw, mode)] = fns[(fw, mode)](1)
-      first = time.perf_counter() - t0
-      t0 = time.perf_counter()
-      fns[(fw, mode)](1)
-      compile_s[fw][mode] = round(max(first - (time.perf_counter() - t0), 0.0), 2)
+    t0 = time.perf_counter()  # compile = first call - one steady call
+    fns[("jax", mode)](1)
+    first = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    fns[("jax", mode)](1)
+    compile_s[mode] = round(max(first - (time.perf_counter() - t0), 0.0), 2)
     for fw in frameworks:
       fns[(fw, mode)](args.warmup)
-  out["jax_compile_s"] = compile_s["jax"]
-  if both:
-    out["jax_unrolled_compile_s"] = compile_s["jax_unrolled"]
-    # Both lowerings draw the same dropout masks: from the same state their first train steps must agree.
-    first_step = {fw: {k: float(first_metrics[(fw, "train")][k]) for k in ("loss", "grad_norm")}
-                  for fw in ("jax", "jax_unrolled")}
-    out["first_train_step"] = first_step
-    print(f"[{model}] first train step, looped vs unrolled threefry: {first_step}", file=sys.stderr, flush=True)
-    for k in ("loss", "grad_norm"):
-      a, b = first_step["jax"][k], first_step["jax_unrolled"][k]
-      if not abs(a - b) <= 1e-5 * max(1.0, abs(a)):
-        raise RuntimeError(f"[{model}] the looped and unrolled threefry steps disagree on the first step's {k}: "
-                           f"{first_step}")
+  out["jax_compile_s"] = compile_s
   if flax_runner:
     out["flax_compile_s"] = flax_runner.compile_s
   out["jax_train_loss_after_warmup"] = float(jax_train(1)["loss"])
-  if both:
-    out["jax_unrolled_train_loss_after_warmup"] = float(jaxu_train(1)["loss"])
   out["torch_train_loss_after_warmup"] = runner.train_step()[0]
   if flax_runner:
     out["flax_train_loss_after_warmup"] = flax_train(1)
@@ -715,10 +668,6 @@ def run_model(model: str, args, workdir: str, monitor) -> dict:
   out["examples_per_s_blocks"] = {f"{fw}/{mode}": [round(x, 2) for x in v] for (fw, mode), v in rates.items()}
   eps = out["examples_per_s"]
   out["ratio_jax_over_torch"] = {mode: round(eps["jax"][mode] / eps["torch"][mode], 3) for mode in ("train", "infer")}
-  if both:
-    for ref in ("jax", "torch") + (("flax",) if flax_runner else ()):
-      out[f"ratio_jax_unrolled_over_{ref}"] = {mode: round(eps["jax_unrolled"][mode] / eps[ref][mode], 3)
-                                              for mode in ("train", "infer")}
   if flax_runner:
     out["ratio_jax_over_flax"] = {mode: round(eps["jax"][mode] / eps["flax"][mode], 3) for mode in ("train", "infer")}
     out["ratio_flax_over_torch"] = {mode: round(eps["flax"][mode] / eps["torch"][mode], 3)
@@ -727,7 +676,7 @@ def run_model(model: str, args, workdir: str, monitor) -> dict:
 
 
 def add_model_arguments(p) -> None:
-  """The model and batch shape flags that `run_model`'s builders read (also benchmarks/profile_ovqa_step.py's)."""
+  """The model and batch shape flags that `run_model`'s builders read."""
   p.add_argument("--models", default="minilm,deberta")
   p.add_argument("--batch", type=int, default=32)
   p.add_argument("--text-len", type=int, default=64)
@@ -750,16 +699,8 @@ def main(argv=None) -> dict:
   p.add_argument("--quick", action="store_true",
                  help="smoke run: 1 warm-up step, blocks of 1 step, 1 repeat (figures not for quoting)")
   p.add_argument("--out", default="")
-  p.add_argument("--threefry", choices=("looped", "unrolled", "both"), default="looped",
-                 help="the CPU threefry lowering of evqa_jax's steps (config.unrolled_cpu_threefry): jax's looped "
-                      "one (the default), the unrolled one, or both as two sides of the run (jax, jax_unrolled)")
-  p.add_argument("--unrolled-threefry", action="store_true", help="the same as --threefry unrolled")
   machine.add_arguments(p)
   args = p.parse_args(argv)
-  if args.unrolled_threefry:
-    if args.threefry == "both":
-      p.error("--unrolled-threefry is --threefry unrolled; it cannot go with --threefry both")
-    args.threefry = "unrolled"
   if args.quick:
     args.warmup, args.steps, args.repeats = 1, 1, 1
   models = [m.strip() for m in args.models.split(",") if m.strip()]
@@ -778,21 +719,19 @@ def main(argv=None) -> dict:
                         "answers": args.answers, "dtype": "float32", "torch_threads": args.threads,
                         "warmup_steps": args.warmup, "steps_per_block": args.steps, "blocks": args.repeats,
                         "dropout": args.dropout, "minilm_layers": args.minilm_layers,
-                        "deberta_layers": args.deberta_layers, "quick": args.quick,
-                        "unrolled_cpu_threefry": args.threefry == "unrolled", "threefry": args.threefry},
+                        "deberta_layers": args.deberta_layers, "quick": args.quick},
             "models": {}}
   with tempfile.TemporaryDirectory(prefix="ovqa_bench_") as workdir:
     for model in models:
       result["models"][model] = run_model(model, args, workdir, monitor)
   result.update(monitor.report())
-  result["summary"] = {m: {fw: r["examples_per_s"][fw] for fw in ("jax", "jax_unrolled", "torch", "flax")
+  result["summary"] = {m: {fw: r["examples_per_s"][fw] for fw in ("jax", "torch", "flax")
                            if fw in r["examples_per_s"]}
                        for m, r in result["models"].items()}
   for m, r in result["models"].items():
     result["summary"][m]["ratio"] = r["ratio_jax_over_torch"]
-    for key in ("ratio_jax_over_flax", "ratio_jax_unrolled_over_jax", "ratio_jax_unrolled_over_torch"):
-      if key in r:
-        result["summary"][m][key] = r[key]
+    if "ratio_jax_over_flax" in r:
+      result["summary"][m]["ratio_jax_over_flax"] = r["ratio_jax_over_flax"]
   line = json.dumps(result)
   print(line, flush=True)
   if args.out:
