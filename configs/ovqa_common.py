@@ -91,7 +91,7 @@ def ovqa_config(dataset: str, arg, cvqa_topk: int) -> ml_collections.ConfigDict:
   if "xxlarge" in variants:
     # DeBERTa-v2-xxlarge instead of -xlarge. FrozenBiLM released no xxlarge checkpoint: training starts from the
     # plain LM in pretrained.dir (init_from optional). At 1.5B frozen parameters it needs a model axis on 16 GiB
-    # chips (README, compile table).
+    # chips (docs/accelerators.md, compile table).
     c.pretrained.dir = "~/models/deberta-v2-xxlarge"
     c.pretrained.init_from_required = False
 
@@ -107,7 +107,7 @@ def ovqa_config(dataset: str, arg, cvqa_topk: int) -> ml_collections.ConfigDict:
     c.trainable = tuple(c.trainable) + ("predictions/transform",)
     c.optim.lr = 1e-3
     c.optim.grad_clip = 1.0
-    # 4 epochs (625 steps): at 2, FrozenBiLM+ ended between mAcc 41 and 68 depending on the seed (README seed study).
+    # 4 epochs (625 steps): at 2, FrozenBiLM+ ended between mAcc 41 and 68 depending on the seed (README history).
     c.total_epochs = 4
     c.eval_every_epochs = None
     c.checkpoint_every_epochs = 1
@@ -124,7 +124,8 @@ def ovqa_config(dataset: str, arg, cvqa_topk: int) -> ml_collections.ConfigDict:
     c.log_every_steps = 1
     c.data.max_tokens = 32
   if "tiny" in variants:
-    # The small world with a random 2-layer, 32-wide BERT (MiniLM's tokenizer, no weights): the README's AOT example
+    # The small world with a random 2-layer, 32-wide BERT (MiniLM's tokenizer, no weights): the AOT example of
+    # docs/benchmarks.md
     #   python launch/aot_check.py --config=configs/ovqa_msrvtt.py:tiny --mesh=4x2 --fake_cpu_devices=8
     # and the cheap runs of the hostile-input and mesh-equivalence tests.
     c.pretrained.dir = ""

@@ -7,7 +7,7 @@ closed-vocabulary row: FrozenBiLM's head over the top-1852 train answers; cvqa_m
 classifier over them instead), baseline (FrozenBiLM+ without verbalizer), bf16, small (tests).
 authors_eps (base answers at eps = 1, as the authors' code).
 Expected: the OVQA paper's Table 2 row "FrozenBiLM+ w/ GNN verbalizer" for MSVD-QA (per-category B/C/R/U/T/mAcc).
-Demo: README.md holds the table that the README's main command printed.
+Demo: docs/results.md holds the table that the README's main command printed.
 """
 
 from configs import ovqa_common

@@ -5,7 +5,7 @@ switch and the end-of-run checks.
       ...write shards, metadata and ground truth into tmp...
     # tmp is now marked (metadata.json "converter") and has replaced OUT in one rename
 
-Rules (README "Hostile input"):
+Rules (docs/hostile_input.md):
   - OUT is built in a temporary sibling folder and swapped in atomically at the end: a failure leaves OUT untouched.
   - OUT is refused when it is an input or contains one (replacing it would delete the input).
   - OUT must be new, empty, or an earlier output of one of our converters (metadata.json with a "converter" field);

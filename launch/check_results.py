@@ -1,4 +1,5 @@
-"""Reruns a recorded README table and compares every printed number with the committed files (docs/results/).
+"""Reruns a recorded demo table (docs/results.md) and compares every printed number with the committed files
+(docs/results/).
 
   python launch/check_results.py docs/results/<table> [--workdir=DIR]      # DIR: compare an existing run instead
   python launch/check_results.py docs/results/<table> --record --printed='{"<file>": {"eval.test.mAcc": 2}}' \
