@@ -1,5 +1,5 @@
-"""launch/aot_check.py: the README's AOT example, run as printed; its JSON report against the figures the README
-quotes and against the config it was given."""
+"""launch/aot_check.py: the AOT example of docs/benchmarks.md, run as printed; its JSON report against the figures
+the page quotes and against the config it was given."""
 
 import json
 import os
@@ -12,11 +12,11 @@ COMMAND = "python launch/aot_check.py --config=configs/ovqa_msrvtt.py:tiny --mes
 
 
 def _readme_example():
-  """-> the README's AOT command and the report fields it prints after it."""
-  with open(os.path.join(REPO, "README.md")) as f:
+  """-> the AOT command of docs/benchmarks.md and the report fields it prints after it."""
+  with open(os.path.join(REPO, "docs", "benchmarks.md")) as f:
     text = " ".join(f.read().split())  # one line: the example wraps
   m = re.search(r"AOT check example \(.*?\): `(python launch/aot_check\.py [^`]*)` printed `([^`]*)`", text)
-  assert m, "README.md: the AOT check example is missing"
+  assert m, "docs/benchmarks.md: the AOT check example is missing"
   return m.group(1), json.loads("{" + m.group(2) + "}")
 
 
