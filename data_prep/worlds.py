@@ -27,7 +27,12 @@ def ensure_synthetic_world(config) -> None:
   preset = config.data.get("synthetic", "")
   if not preset:
     return
-  has_records = os.path.exists(os.path.join(os.path.expanduser(config.data.dir), "metadata.json"))
+  has_records = (evqa_io.epath_of(config.data.dir) / "metadata.json").exists()  # local or gs://...
+  if not has_records and evqa_io.is_uri(config.data.dir):
+    raise FileNotFoundError(
+        f"config.data.dir = {config.data.dir!r} holds no records, and synthetic worlds are built on a local disk: "
+        "build it locally (the same command with a local --config.data.dir), copy the folder to the bucket "
+        "(gcloud storage cp -r), or pass --config.data.synthetic=''")
   if config.task == "ovqa":
     if not has_records:
       from data_prep import synthetic_ovqa

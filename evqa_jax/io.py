@@ -9,6 +9,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 
@@ -39,7 +40,17 @@ def _umask() -> int:
 
 @contextlib.contextmanager
 def atomic_path(path: str):
-  """Yields a temporary path in the target's directory; renames it onto `path` only on success."""
+  """Yields a temporary local path; on success it becomes `path`, never a half-written file.
+
+  Local: the temporary file lies in the target's directory and is renamed onto `path`. URI (gs://...): it lies in a
+  local temporary directory and is uploaded at the end; an object store shows an object only once its upload is
+  complete, so readers see the old object or the whole new one."""
+  if is_uri(path):
+    with tempfile.TemporaryDirectory(prefix="evqa_upload_") as tmp_dir:
+      tmp = os.path.join(tmp_dir, os.path.basename(os.fspath(path).rstrip("/")))
+      yield tmp
+      upload(tmp, path)
+    return
   directory = os.path.dirname(os.path.abspath(path))
   os.makedirs(directory, exist_ok=True)
   fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
@@ -53,6 +64,109 @@ def atomic_path(path: str):
     if os.path.exists(tmp):
       os.remove(tmp)
     raise
+
+
+# ------------------------------------------------------------------------- one filesystem layer: local or gs://
+
+def makedirs(path) -> None:
+  """Creates the folder `path` and its parents (local or URI; a no-op on object stores without folders)."""
+  epath_of(path).mkdir(parents=True, exist_ok=True)
+
+
+def upload(local: str, path: str) -> None:
+  """Copies the local file or folder `local` to `path` (local or URI), file by file through etils.epath."""
+  if os.path.isdir(local):
+    for name in sorted(os.listdir(local)):
+      upload(os.path.join(local, name), os.path.join(os.fspath(path), name))
+    return
+  target = epath_of(path)
+  target.parent.mkdir(parents=True, exist_ok=True)
+  with open(local, "rb") as src, target.open("wb") as dst:
+    shutil.copyfileobj(src, dst, 1 << 22)
+
+
+def append_text(path: str, text: str) -> None:
+  """Appends `text` to a log file durably. Object stores have no append: on a URI the file is rewritten whole (the
+  logs appended to, such as train_history.jsonl, are small)."""
+  if is_uri(path):
+    file = epath_of(path)
+    write_text(path, (file.read_text() if file.exists() else "") + text)
+    return
+  with open(path, "a") as f:
+    f.write(text)
+    f.flush()
+    os.fsync(f.fileno())
+
+
+def cache_root() -> str:
+  """Where remote inputs that a library can only read from a local path are staged: $EVQA_CACHE, else
+  ~/.cache/evqa_jax."""
+  return os.path.expanduser(os.environ.get("EVQA_CACHE") or "~/.cache/evqa_jax")
+
+
+def _remote_listing(path: str) -> dict:
+  """{relative path: size} of the file at `path` ({"": size}) or of every file under the folder `path`."""
+  root = epath_of(path)
+  if root.is_file():
+    return {"": root.stat().length}
+  if not root.is_dir():
+    raise FileNotFoundError(f"{path} does not exist")
+  out = {}
+
+  def walk(folder, prefix):  # not rglob: gcsfs refuses `**` patterns
+    for child in sorted(folder.iterdir(), key=lambda p: p.name):
+      if child.is_dir():
+        walk(child, prefix + child.name + "/")
+      else:
+        out[prefix + child.name] = child.stat().length
+
+  walk(root, "")
+  return out
+
+
+def local_copy(path: str, what: str = "input") -> str:
+  """`path` as a local path: a local path unchanged (`~` expanded); a URI (a file, or a folder such as a Hugging Face
+  checkpoint) staged once under `cache_root()`/staged/<scheme>/<bucket>/<path> and returned from there.
+
+  For the readers that only take local files (Hugging Face tokenizers, torch.load, safetensors). Staging copies into
+  a temporary folder, checks every file's size against the remote listing and renames it into place, so a kill
+  never leaves a partial copy; a copy whose listing (names and sizes, recorded beside it) differs from the remote
+  one is replaced. Processes of one host take turns (a lock file beside the copy)."""
+  path = os.fspath(path)
+  if not is_uri(path):
+    return os.path.expanduser(path)
+  scheme, rest = path.split("://", 1)
+  check_relpath(rest.rstrip("/"), f"{what} {path}", "location")
+  target = os.path.join(cache_root(), "staged", scheme, rest.rstrip("/"))
+  listing = _remote_listing(path)
+  manifest = target.rstrip("/") + ".staged.json"
+  with file_lock(target.rstrip("/") + ".lock"):
+    if os.path.exists(manifest) and os.path.exists(target):
+      with open(manifest) as f:
+        if json.load(f) == listing:
+          return target
+    staging = tempfile.mkdtemp(prefix=".staging.", dir=os.path.dirname(target))
+    try:
+      for rel, size in listing.items():
+        dst = os.path.join(staging, "x", rel) if rel else os.path.join(staging, "x")
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        src = epath_of(path) / rel if rel else epath_of(path)
+        with src.open("rb") as fin, open(dst, "wb") as fout:
+          shutil.copyfileobj(fin, fout, 1 << 22)
+        if os.path.getsize(dst) != size:
+          raise IOError(f"{what} {os.fspath(src)}: staged {os.path.getsize(dst)} bytes of {size}")
+      if os.path.exists(manifest):
+        os.remove(manifest)
+      if os.path.isdir(target):
+        shutil.rmtree(target)
+      elif os.path.exists(target):
+        os.remove(target)
+      os.replace(os.path.join(staging, "x"), target)
+      write_json(manifest, listing)
+    finally:
+      shutil.rmtree(staging, ignore_errors=True)
+  print(f"staged {what} {path} -> {target}", flush=True)
+  return target
 
 
 class LockedError(RuntimeError):

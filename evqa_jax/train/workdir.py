@@ -53,11 +53,10 @@ def sync(name: str) -> None:
 def recorded_identity(workdir: str) -> dict | None:
   """The experiment identity <workdir>/config.json records, or None when there is no config.json."""
   path = os.path.join(workdir, "config.json")
-  if not os.path.exists(path):
+  if not io_lib.epath_of(path).exists():
     return None
   try:
-    with open(path) as f:
-      return json.load(f).get("identity", {})
+    return json.loads(io_lib.epath_of(path).read_text()).get("identity", {})
   except (OSError, ValueError, AttributeError) as e:
     raise ValueError(f"{path} is unreadable ({e}): is {workdir} an evqa_jax workdir?") from e
 
@@ -80,8 +79,8 @@ def check_workdir(config, workdir: str) -> None:
   theirs = recorded_identity(workdir)
   if theirs is not None:
     diffs = identity_diffs(mine, theirs)
-    ckpt_dir = os.path.join(workdir, "checkpoints")
-    if diffs and os.path.isdir(ckpt_dir) and any(n.isdigit() for n in os.listdir(ckpt_dir)):
+    ckpt_dir = io_lib.epath_of(os.path.join(workdir, "checkpoints"))
+    if diffs and ckpt_dir.is_dir() and any(p.name.isdigit() for p in ckpt_dir.iterdir()):
       raise ValueError(
           f"workdir {workdir} holds a checkpoint of another experiment; it differs in "
           f"{'; '.join(diffs)}. Use a new --workdir or delete that one")

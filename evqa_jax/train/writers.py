@@ -6,6 +6,9 @@ plugin's session-start summary (tensorboard's `hparams_pb`, the summary clu's wr
 import torch wherever torch is installed (the test extras), and clu's writer imports TensorFlow.
 
 Only process 0 writes event files; every process logs its scalars with absl (`[step] key=value, ...`, at INFO).
+On an object store (a gs://... workdir), which has no append, the events are written as a new, complete event file
+at each flush (every `REMOTE_FLUSH_SECONDS` and at the end); TensorBoard reads every event file of the folder in
+name order, and the names begin with the flush time.
 """
 
 import os
@@ -18,7 +21,10 @@ import numpy as np
 from tensorboard.compat.proto import event_pb2, summary_pb2  # plain protobuf: tensorboard.compat loads TF only on use
 from tensorboard.plugins.hparams import summary_v2
 
+from evqa_jax import io as io_lib
 from evqa_jax.data import tfrecord
+
+REMOTE_FLUSH_SECONDS = 60.0
 
 
 def create_writer(workdir: str, config):
@@ -29,22 +35,57 @@ def create_writer(workdir: str, config):
 class SummaryWriter:
   """Scalars and hyperparameters to `logdir/events.out.tfevents.*` (one new file per writer) and to the absl log.
 
-  The event file is an append-only log that TensorBoard reads while it grows, so it is written in place, one flushed
-  record per event, not through a temporary file; TensorBoard ignores a last record torn by a kill.
+  Local: the event file is an append-only log that TensorBoard reads while it grows, so it is written in place, one
+  flushed record per event, not through a temporary file; TensorBoard ignores a last record torn by a kill.
+  URI (gs://...): events are kept in memory and each flush uploads them as one new event file (see the module doc).
   """
 
-  def __init__(self, logdir: str, write_events: bool = True):
+  def __init__(self, logdir: str, write_events: bool = True, remote_flush_seconds: float = REMOTE_FLUSH_SECONDS):
     self.path = None
+    self.logdir = logdir
+    self.remote = io_lib.is_uri(logdir)
+    self.remote_flush_seconds = remote_flush_seconds
+    self._pending = []  # remote: framed events not uploaded yet
+    self._last_upload = time.time()
+    self._uploads = 0
+    self._closed = False
     if write_events:
-      os.makedirs(logdir, exist_ok=True)
-      self.path = os.path.join(logdir, f"events.out.tfevents.{time.time():.6f}.{socket.gethostname()}.{os.getpid()}")
-      self._file = open(self.path, "ab")
+      io_lib.makedirs(logdir)
+      self.path = self._new_name()
+      if not self.remote:
+        self._file = open(self.path, "ab")
       self._write_event(file_version="brain.Event:2")
+
+  def _new_name(self) -> str:
+    suffix = f".{self._uploads}" if self.remote else ""
+    return os.path.join(self.logdir, f"events.out.tfevents.{time.time():.6f}.{socket.gethostname()}.{os.getpid()}"
+                        f"{suffix}")
 
   def _write_event(self, **fields) -> None:
     event = event_pb2.Event(wall_time=time.time(), **fields)
-    self._file.write(tfrecord.frame(event.SerializeToString()))
+    record = tfrecord.frame(event.SerializeToString())
+    if self.remote:
+      self._pending.append(record)
+      if time.time() - self._last_upload >= self.remote_flush_seconds:
+        self._upload()
+      return
+    self._file.write(record)
     self._file.flush()
+
+  def _upload(self) -> None:
+    """Remote: the pending events as one new, complete event file (each file starts with the version event)."""
+    self._last_upload = time.time()
+    if not self._pending:
+      return
+    if self._uploads:
+      self.path = self._new_name()
+      version = event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2")
+      self._pending.insert(0, tfrecord.frame(version.SerializeToString()))
+    with io_lib.atomic_path(self.path) as tmp:
+      with open(tmp, "wb") as f:
+        f.write(b"".join(self._pending))
+    self._pending = []
+    self._uploads += 1
 
   def write_scalars(self, step: int, scalars: dict) -> None:
     values = [f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(scalars.items())]
@@ -61,14 +102,20 @@ class SummaryWriter:
 
   def flush(self) -> None:
     logging.flush()
-    if self.path is not None:
+    if self.path is None:
+      return
+    if self.remote:
+      self._upload()
+    else:
       self._file.flush()
       os.fsync(self._file.fileno())
 
   def close(self) -> None:
-    if self.path is not None and not self._file.closed:
+    if self.path is not None and not self._closed:
       self.flush()
-      self._file.close()
+      if not self.remote:
+        self._file.close()
+    self._closed = True
 
 
 def format_metrics(title: str, metrics: dict, keys=None) -> str:

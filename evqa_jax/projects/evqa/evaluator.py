@@ -104,13 +104,13 @@ def write_gen_predictions(entries: list[dict], out_dir: str) -> tuple[str, str]:
   """
   pred_json = os.path.join(out_dir, "predictions.json")
   mask_root = os.path.join(out_dir, "pred_masks")
-  os.makedirs(mask_root, exist_ok=True)
+  io_lib.makedirs(mask_root)
   obj = {}
   for e in entries:
     obj[e["entry_id"]] = {"video_id": e["video_id"],
                           "parsed_response": {"answer": e["answer"], "segments": [list(s) for s in e["segments"]]}}
     mdir = os.path.join(mask_root, io_lib.check_id(e["entry_id"], f"predictions in {out_dir}", "entry id"), "masks")
-    os.makedirs(mdir, exist_ok=True)
+    io_lib.makedirs(mdir)
     digits = e.get("mask_name_digits", st_eval.AUTHORS_MASK_DIGITS)
     for frame, mask in sorted(e["masks"].items()):
       write_mask_png(os.path.join(mdir, st_eval.mask_file_name(frame, digits)), mask)
@@ -144,7 +144,7 @@ def generative_entries(inp, split: str, outputs: dict, ec) -> list[dict]:
 def evaluate(inp, split: str, outputs: dict, out_dir: str, ec) -> dict:
   """Writes the prediction files of `ec.modes` (config.eval.modes: "gen", "mcq") and out_dir/metrics.json; returns
   the metrics. `inp`: input.Input (entries, ground truth)."""
-  os.makedirs(out_dir, exist_ok=True)
+  io_lib.makedirs(out_dir)
   gt = inp.ground_truth(split)
   modes = tuple(ec.modes)
   metrics: dict[str, Any] = {}

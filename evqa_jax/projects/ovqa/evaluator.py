@@ -28,7 +28,7 @@ def evaluate(data_dir: str, answers, split: str, outputs: dict, out_dir: str) ->
   """outputs["pred"] `[N]` (answer ids into `answers`, the eval vocabulary), outputs["index"] `[N]` -> metrics;
   writes out_dir/predictions.csv and out_dir/metrics.json."""
   preds = [answers[i] if 0 <= i < len(answers) else "" for i in outputs["pred"]]
-  os.makedirs(out_dir, exist_ok=True)
+  io_lib.makedirs(out_dir)
   pred_path = os.path.join(out_dir, "predictions.csv")
   write_predictions(pred_path, outputs["index"], preds)
   metrics = ovqa_eval.evaluate_files(split_csv(data_dir, "train"), split_csv(data_dir, split), pred_path)

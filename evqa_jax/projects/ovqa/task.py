@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from evqa_jax import io as io_lib
 from evqa_jax import pretrained
 from evqa_jax.projects import base
 from evqa_jax.projects.ovqa import evaluator
@@ -91,7 +92,7 @@ class Task(base.Task):
       if encoder != "deberta_v2":
         raise ValueError("config.pretrained.init_from loads a FrozenBiLM checkpoint, which holds a DeBERTa-v2: set "
                          "config.model.encoder = 'deberta_v2'")
-      lm, report = deberta_v2.load_frozenbilm_checkpoint(self.encoder_config, os.path.expanduser(init_from),
+      lm, report = deberta_v2.load_frozenbilm_checkpoint(self.encoder_config, io_lib.local_copy(init_from, "init_from"),
                                                          params["lm"], trust_pickles=self.config.trust_pickles)
       print(f"Initialised from FrozenBiLM checkpoint {init_from}: {str(report).splitlines()[0]}", flush=True)
       params["lm"] = lm

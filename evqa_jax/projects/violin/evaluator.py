@@ -49,7 +49,7 @@ def accuracy_by_type(clips: dict, statement_types: dict, split: str, preds: dict
 def evaluate(inp, split: str, outputs: dict, out_dir: str) -> dict:
   """`inp`: the project's input.Input (annotation clips, clip ids, statement types). Writes out_dir/predictions.json
   and out_dir/metrics.json; returns the metrics."""
-  os.makedirs(out_dir, exist_ok=True)
+  io_lib.makedirs(out_dir)
   pred_path = os.path.join(out_dir, "predictions.json")
   io_lib.write_json(pred_path, predictions_json(inp.clips, inp.clip_ids, outputs))
   preds = violin_eval.read_predictions(pred_path, inp.clips)

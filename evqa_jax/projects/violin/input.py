@@ -97,10 +97,10 @@ def fine_tuned_encoder_params(init_from: str, encoder: str, encoder_config) -> t
   """
   from evqa_jax.train import checkpointing, partition  # the trainer imports the projects: import when used
   key = f"config.pretrained.init_from = {init_from!r}"
-  workdir = os.path.abspath(os.path.expanduser(init_from))
+  workdir = io_lib.absolute(init_from)  # local or gs://...
   stage = f"python launch/train.py --config=configs/violin_bert_ft.py --workdir={init_from}"
   cfg_path = os.path.join(workdir, "config.json")
-  if not os.path.exists(cfg_path):
+  if not io_lib.epath_of(cfg_path).exists():
     raise FileNotFoundError(f"{key}: {workdir} is not a workdir (no config.json). It must be the workdir of the BERT "
                             f"fine-tuning stage ({stage}), or '' to use the weights of config.pretrained.dir")
   written = io_lib.load_json(cfg_path, "workdir config").get("config", {})
