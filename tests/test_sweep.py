@@ -127,8 +127,37 @@ def test_print_mode_prints_one_command_per_point(tmp_path, config_path, capsys):
   assert sweep_lib.run_sweep(config_path + ":demo", "eps", str(tmp_path / "p"), mode="print") == {}
   lines = capsys.readouterr().out.strip().splitlines()
   assert len(lines) == 3
-  assert lines[1].startswith(sys.executable) and "--config.verbalizer.eps=0.7" in lines[1]
+  assert lines[1].startswith("python launch/train.py --config=") and "--config.verbalizer.eps=0.7" in lines[1]
   assert f"--workdir={tmp_path / 'p' / 'eps_0.7'}" in lines[1]
+
+
+def test_print_mode_commands_run_on_any_host(capsys):
+  """Commands for a cluster: `python` and the repository's relative paths, never this host's interpreter or checkout;
+  a gs:// workdir stays a URI."""
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  sweep_lib.run_sweep(os.path.join(root, "configs", "ovqa_msrvtt.py") + ":demo", "eps", "gs://bucket/sweeps/eps",
+                      mode="print")
+  lines = capsys.readouterr().out.strip().splitlines()
+  assert lines[0] == ("python launch/train.py --config=configs/ovqa_msrvtt.py:demo "
+                      "--workdir=gs://bucket/sweeps/eps/eps_1.0 --config.verbalizer.variant=E "
+                      "--config.verbalizer.eps=1.0")
+  assert len(lines) == 11 and not any(sys.executable in l or root in l for l in lines)
+
+
+def test_progress_prints_point_k_of_n_and_total_eta(tmp_path, config_path, monkeypatch, capsys):
+  module = sweep_lib.load_config_module(config_path)
+  monkeypatch.setattr(sweep_lib, "_run_point", FakeTrain(module, "demo"))
+  _write_run(str(tmp_path / "s" / "eps_0.7"), {}, 0.7)  # finished already: skipped, takes no time
+  ticks = iter([0.0, 120.0, 120.0, 120.0, 200.0])  # point 1 trains 120 s, point 2 is skipped, point 3 trains 80 s
+  progress = sweep_lib.SweepProgress
+  monkeypatch.setattr(sweep_lib, "SweepProgress", lambda n: progress(n, clock=lambda: next(ticks)))
+  sweep_lib.run_sweep(config_path + ":demo", "eps", str(tmp_path / "s"))
+  out = [l for l in capsys.readouterr().out.splitlines() if l.startswith("[sweep]")]
+  assert out[0].startswith("[sweep] point 1 of 3: eps_1.0: ")
+  assert out[1] == "[sweep] point 1 of 3 (eps_1.0) done in 2.0 min; 1 point(s) to go, ETA 2.0 min"
+  assert out[2] == "[sweep] point 2 of 3: eps_0.7: done already, skipped"
+  assert out[3].startswith("[sweep] point 3 of 3: eps_0.0: ")
+  assert out[4] == "[sweep] point 3 of 3 (eps_0.0) done in 1.3 min; 0 point(s) to go, ETA 0.0 min"
 
 
 def test_command_line_config_overrides_reach_every_point(tmp_path, config_path):

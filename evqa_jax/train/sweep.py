@@ -25,6 +25,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 
 from evqa_jax import io as io_lib
 from evqa_jax.train import overrides
@@ -47,9 +48,24 @@ def _format_value(v) -> str:
   return repr(v)
 
 
-def point_command(config_path: str, workdir: str, point: dict, extra_args=()) -> list:
-  cmd = [sys.executable, os.path.join(REPO, "launch", "train.py"), f"--config={config_path}",
-         f"--workdir={workdir}"]
+def portable_config_path(config_path: str) -> str:
+  """`config_path` relative to the repository root when it lies inside it (its `:variant` kept), else as given."""
+  path, sep, variant = config_path.partition(":")
+  full = os.path.abspath(path)
+  if full.startswith(REPO + os.sep):
+    path = os.path.relpath(full, REPO)
+  return path + sep + variant
+
+
+def point_command(config_path: str, workdir: str, point: dict, extra_args=(), portable: bool = False) -> list:
+  """The point's `launch/train.py` command. portable=True (--mode=print): `python launch/train.py` and a config path
+  relative to the repository root, to run from the root of any checkout on any host (a cluster's workers, a pod);
+  else this interpreter and absolute paths, run here."""
+  if portable:
+    cmd = ["python", "launch/train.py", f"--config={portable_config_path(config_path)}"]
+  else:
+    cmd = [sys.executable, os.path.join(REPO, "launch", "train.py"), f"--config={config_path}"]
+  cmd.append(f"--workdir={workdir}")
   cmd += [f"--config.{k}={_format_value(v)}" for k, v in point["overrides"].items()]
   return cmd + list(extra_args)
 
@@ -153,17 +169,20 @@ def run_sweep(config_path: str, sweep_name: str, workdir: str, mode: str = "loca
   if reuse_dirs and extra_args:
     raise ValueError(f"--reuse cannot be combined with extra train.py arguments {list(extra_args)}: the reused "
                      f"runs' configs are compared with the sweep points' configs, which those arguments would change")
-  os.makedirs(workdir, exist_ok=True)
-  commands = []
-  for point in sweep["points"]:
+  if mode == "print":
+    for point in sweep["points"]:
+      cmd = point_command(config_path, os.path.join(workdir, point["name"]), point, extra_args, portable=True)
+      print(" ".join(shlex.quote(c) for c in cmd))
+    return {}
+  io_lib.makedirs(workdir)
+  points = sweep["points"]
+  progress = SweepProgress(len(points))
+  for k, point in enumerate(points, 1):
     point_dir = os.path.join(workdir, point["name"])
     cmd = point_command(config_path, point_dir, point, extra_args)
-    commands.append(cmd)
-    if mode == "print":
-      print(" ".join(shlex.quote(c) for c in cmd))
-      continue
-    if os.path.exists(os.path.join(point_dir, "final_metrics.json")):
-      print(f"[sweep] {point['name']}: done already, skipped", flush=True)
+    progress.start(k, point["name"])
+    if _finished(point_dir):
+      print(f"[sweep] point {k} of {len(points)}: {point['name']}: done already, skipped", flush=True)
       continue
     if reuse_dirs:
       source = find_reusable(point_config(module, arg, point), reuse_dirs)
@@ -171,14 +190,41 @@ def run_sweep(config_path: str, sweep_name: str, workdir: str, mode: str = "loca
         reuse_point(source, point_dir)
         print(f"[sweep] {point['name']}: same config as the finished run {source}, its results reused", flush=True)
         continue
-    print(f"[sweep] {point['name']}: {' '.join(shlex.quote(c) for c in cmd)}", flush=True)
+    print(f"[sweep] point {k} of {len(points)}: {point['name']}: {' '.join(shlex.quote(c) for c in cmd)}", flush=True)
     result = _run_point(cmd)
     if result.returncode != 0:
       raise RuntimeError(f"sweep point {point['name']} failed with exit code {result.returncode} "
                          f"(workdir {point_dir})")
-  if mode == "print":
-    return {}
+    progress.done(k, point["name"], remaining=sum(not _finished(os.path.join(workdir, p["name"]))
+                                                 for p in points[k:]))
   return write_table(sweep, sweep_name, workdir)
+
+
+def _finished(point_dir: str) -> bool:
+  return io_lib.epath_of(os.path.join(point_dir, "final_metrics.json")).exists()
+
+
+class SweepProgress:
+  """`[sweep] point k of n` lines, and after each trained point the sweep's ETA: the mean time of the points trained
+  so far in this call times the points still to train (skipped and reused points take no time)."""
+
+  def __init__(self, total: int, clock=time.monotonic):
+    self.total, self.clock = total, clock
+    self.trained, self.t0, self.seconds = 0, None, 0.0
+
+  def start(self, k: int, name: str) -> None:
+    del k, name
+    self.t0 = self.clock()
+
+  def done(self, k: int, name: str, remaining: int) -> str:
+    took = self.clock() - self.t0
+    self.trained += 1
+    self.seconds += took
+    eta = self.seconds / self.trained * remaining
+    line = (f"[sweep] point {k} of {self.total} ({name}) done in {took / 60:.1f} min; {remaining} point(s) to go, "
+            f"ETA {eta / 60:.1f} min")
+    print(line, flush=True)
+    return line
 
 
 def write_table(sweep: dict, sweep_name: str, workdir: str) -> dict:
@@ -193,10 +239,9 @@ def write_table(sweep: dict, sweep_name: str, workdir: str) -> dict:
   groups = {}
   for point in sweep["points"]:
     path = os.path.join(workdir, point["name"], "final_metrics.json")
-    if not os.path.exists(path):
+    if not io_lib.epath_of(path).exists():
       raise FileNotFoundError(f"{path} is missing: sweep point {point['name']} has not finished")
-    with open(path) as f:
-      metrics = json.load(f)["eval"][split]
+    metrics = json.loads(io_lib.epath_of(path).read_text())["eval"][split]
     group = groups.setdefault(point.get("group", point["name"]), {"x": point.get("x"), "values": []})
     group["values"].append({title: float(metrics[key]) for key, title in sweep["columns"]})
   rows = []
