@@ -25,6 +25,8 @@ flags.DEFINE_string("workdir", None, "The training run's directory (zero-shot: w
 flags.DEFINE_string("checkpoint", None, "last, best or a step number.")
 flags.DEFINE_bool("zero_shot", False, "Score the initial weights (no training) instead of a checkpoint.")
 flags.DEFINE_list("split", None, "Splits to score (default: config.data.eval_splits).")
+flags.DEFINE_bool("distributed", False, "Call jax.distributed.initialize() (a pod slice or a SLURM job: every host "
+                  "runs this command, as for launch/train.py).")
 flags.mark_flags_as_required(["config", "workdir"])
 FLAGS = flags.FLAGS
 
@@ -35,6 +37,9 @@ def main(argv):
     logging.set_verbosity(logging.WARNING)
   if bool(FLAGS.checkpoint) == FLAGS.zero_shot:
     raise ValueError("give exactly one of --checkpoint=last|best|STEP and --zero_shot")
+  if FLAGS.distributed:
+    import jax  # pylint: disable=g-import-not-at-top
+    jax.distributed.initialize()
   from data_prep import worlds
   worlds.ensure_synthetic_world(FLAGS.config)  # the :demo / :small worlds are built here, never by the library
   from evqa_jax.train import trainer

@@ -4,6 +4,8 @@
 #
 #   sbatch --nodes=2 launch/slurm_gpu.sh configs/ovqa_msrvtt.py /shared/runs/ovqa_msrvtt [--config.field=value ...]
 #
+# SCRIPT=launch/evaluate.py runs the evaluate-only entry instead (add --checkpoint=last|best|STEP). WORKDIR (and the
+# data and pretrained paths) may be gs:// URIs (the nodes need Google credentials, e.g. a service account).
 # WORKDIR must be on a filesystem every node sees: each process writes its part of every checkpoint, process 0
 # the logs. A requeued job (--requeue, preemption) resumes from the newest complete checkpoint in WORKDIR.
 # Install once on the shared filesystem: python3 -m venv .venv && . .venv/bin/activate && pip install -e '.[gpu]'
@@ -30,7 +32,7 @@ shift 2
 REPO_DIR=${REPO_DIR:-${SLURM_SUBMIT_DIR:-$(pwd)}}
 cd "${REPO_DIR}"
 if [[ -f .venv/bin/activate ]]; then . .venv/bin/activate; fi
-CMD=(python launch/train.py --distributed --config="${CONFIG}" --workdir="${WORKDIR}" "$@")
+CMD=(python "${SCRIPT:-launch/train.py}" --distributed --config="${CONFIG}" --workdir="${WORKDIR}" "$@")
 
 if [[ "${DRY_RUN:-0}" == "1" ]]; then
   if [[ -n "${SLURM_JOB_NODELIST:-}" ]]; then

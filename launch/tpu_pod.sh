@@ -5,6 +5,9 @@
 #   CONFIG=configs/ovqa_msrvtt.py WORKDIR=gs://my-bucket/runs/ovqa_msrvtt \
 #   bash launch/tpu_pod.sh [--config.field=value ...]
 #
+# SCRIPT=launch/evaluate.py runs the evaluate-only entry the same way (pass --checkpoint=last|best|STEP and the
+# training run's --config. overrides); default launch/train.py.
+#
 # jax.distributed.initialize() with no arguments (train.py --distributed) finds the coordinator, process count and
 # process id from the TPU VM metadata, so nothing is passed per worker. WORKDIR must be visible to all workers
 # (a gs:// bucket or a shared filesystem): every process writes its part of each checkpoint, process 0 the logs.
@@ -26,6 +29,7 @@ set -euo pipefail
 : "${WORKDIR:?set WORKDIR (shared by all workers, e.g. gs://bucket/runs/name)}"
 PROJECT_FLAG=${PROJECT:+--project=${PROJECT}}
 REPO_DIR=${REPO_DIR:-evqa-jax}
+SCRIPT=${SCRIPT:-launch/train.py}
 EXTRA_ARGS=$(printf ' %q' "$@")
 DRY_RUN=${DRY_RUN:-0}
 if [[ "${DRY_RUN}" == "1" ]]; then
@@ -68,5 +72,5 @@ fi
 
 # Every worker runs this; stdout of process 0 carries the progress lines and metrics.
 ssh_all "cd ~/${REPO_DIR} && . .venv/bin/activate && \
-python launch/train.py --distributed --config=${CONFIG} --workdir=${WORKDIR}${EXTRA_ARGS} \
+python ${SCRIPT} --distributed --config=${CONFIG} --workdir=${WORKDIR}${EXTRA_ARGS} \
 2>&1 | tee -a ~/evqa_train_\$(hostname).log"

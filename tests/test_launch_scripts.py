@@ -114,3 +114,20 @@ def test_slurm_dry_run(nodes):
     assert m.group(1, 2, 3, 4) == (names[i // 8], str(i), str(i % 8), str(8 * nodes))
     assert m.group(5) == "gpu01:62674"  # JAX's SLURM rule: first node, port 61440 + 1234 % 4096
     assert _train_argv(m.group(6)) == expect
+
+
+def test_evaluate_runs_through_both_launchers():
+  """SCRIPT=launch/evaluate.py: the evaluate-only entry on every worker / process, with --distributed."""
+  env = dict(TPU_NAME="t", ZONE="z", CONFIG="configs/ovqa_msrvtt.py", WORKDIR="gs://b/w", NUM_WORKERS="8",
+             SCRIPT="launch/evaluate.py")
+  workers = [l for l in _run("tpu_pod.sh", env, "--checkpoint=best") if l.startswith("worker ")]
+  assert len(workers) == 8
+  argv = shlex.split(workers[0].split(": ", 2)[2])
+  assert argv[argv.index("python"):argv.index("2>&1")] == [
+      "python", "launch/evaluate.py", "--distributed", "--config=configs/ovqa_msrvtt.py", "--workdir=gs://b/w",
+      "--checkpoint=best"]
+  lines = _run("slurm_gpu.sh", dict(DRY_RUN_NODES="gpu01", SLURM_JOB_ID="7", REPO_DIR=REPO, SCRIPT="launch/evaluate.py"),
+               "configs/ovqa_msrvtt.py", "gs://b/w", "--checkpoint=last")
+  assert _train_argv(lines[0][len("local: "):]) == [
+      "python", "launch/evaluate.py", "--distributed", "--config=configs/ovqa_msrvtt.py", "--workdir=gs://b/w",
+      "--checkpoint=last"]
