@@ -203,7 +203,7 @@ class Input:
                        f"{self.metadata.get('feature', '?')} features of dimension {feature_dim}")
     self.feature_dim = feature_dim
     ann_path = os.path.join(self.data_dir, self.metadata.get("annotation_file", "violin_annotation.json"))
-    if not os.path.exists(ann_path):
+    if not io_lib.epath_of(ann_path).exists():  # local or gs://...
       raise FileNotFoundError(f"{ann_path} is missing: the VIOLIN converter keeps the annotation next to the "
                               "records as the ground truth for evaluation")
     self.annotation_path = ann_path
@@ -212,9 +212,8 @@ class Input:
     self.clip_index = {c: i for i, c in enumerate(self.clip_ids)}
     types_file = (self.metadata.get("synthetic") or {}).get("statement_types_file")
     self.statement_types = None
-    if types_file and os.path.exists(os.path.join(self.data_dir, types_file)):
-      with open(os.path.join(self.data_dir, types_file)) as f:
-        self.statement_types = json.load(f)
+    if types_file and io_lib.epath_of(os.path.join(self.data_dir, types_file)).exists():
+      self.statement_types = json.loads(io_lib.epath_of(os.path.join(self.data_dir, types_file)).read_text())
     if dc.text_preprocessing not in TEXT_PREPROCESSING:
       raise ValueError(f"config.data.text_preprocessing = {dc.text_preprocessing!r}: expected one of "
                        f"{TEXT_PREPROCESSING}")
@@ -253,8 +252,7 @@ class Input:
     """Distinct raw texts of `kind` over the clips of `splits` (default: those this run uses), in annotation order."""
     dc = self.config.data
     splits = {dc.train_split, *dc.eval_splits} if splits is None else set(splits)
-    with open(self.annotation_path) as f:
-      ann = json.load(f)
+    ann = json.loads(io_lib.epath_of(self.annotation_path).read_text())
     out = {}
     for entry in ann.values():
       if entry.get("split") not in splits:
@@ -289,6 +287,8 @@ class Input:
     key, key_src = self.cache_key(kind, texts)
     cache_dir = os.path.expanduser(dc.text_cache_dir) if dc.text_cache_dir else os.path.join(self.data_dir,
                                                                                            "text_cache")
+    if io_lib.is_uri(cache_dir):  # memory-mapped: on this host's disk, under the cache of staged inputs
+      cache_dir = os.path.join(io_lib.cache_root(), "violin_text_cache", *cache_dir.split("://", 1))
     os.makedirs(cache_dir, exist_ok=True)
     path = os.path.join(cache_dir, f"{kind}-{key}")
     with io_lib.file_lock(os.path.join(cache_dir, ".lock")):
