@@ -252,3 +252,35 @@ def test_answer_graph_and_evaluator_cli_on_gcs(gcs, tmp_path):
   assert remote == local
   assert json.loads(_read(f"gs://{BUCKET}/eval/metrics.json")) == json.loads((tmp_path / "metrics.json").read_text())
   assert json.loads(_read(f"gs://{BUCKET}/eval/metrics.json"))["official"]["total"] == pytest.approx(2 / 3, abs=1e-4)
+
+
+SWEEP_CONFIG = textwrap.dedent("""
+    import ml_collections
+
+    def get_config(arg=None):
+      return ml_collections.ConfigDict(dict(seed=0, verbalizer=dict(variant="E", eps=0.7)))
+
+    def get_sweep(name, arg=None):
+      points = [{"name": f"eps_{e:.1f}", "overrides": {"verbalizer.eps": e}, "x": e} for e in (1.0, 0.5, 0.0)]
+      return {"points": points, "columns": [("base", "B"), ("mAcc", "M")], "split": "test", "x_label": "eps"}
+""")
+
+
+def test_sweep_table_from_points_finished_on_gcs(gcs, tmp_path, monkeypatch, capsys):
+  """The pod recipe's last sweep step: every point was trained on the pod into gs://; the sweep finds them finished
+  (nothing is run) and writes the table and plot into the gs:// sweep workdir."""
+  from evqa_jax import io  # pylint: disable=g-import-not-at-top
+  from evqa_jax.train import sweep as sweep_lib  # pylint: disable=g-import-not-at-top
+  cfg = tmp_path / "toy_sweep.py"
+  cfg.write_text(SWEEP_CONFIG)
+  root = f"gs://{BUCKET}/sweeps/eps"
+  for e in (1.0, 0.5, 0.0):
+    metrics = {"eval": {"test": {"base": 90.0 + e, "mAcc": 50.0 - 10.0 * e}}}
+    io.write_json(f"{root}/eps_{e:.1f}/final_metrics.json", metrics)
+  monkeypatch.setattr(sweep_lib, "_run_point", lambda cmd: pytest.fail(f"ran {cmd}"))
+  sweep_lib.run_sweep(str(cfg), "eps", root)
+  assert _read(f"{root}/eps.csv").splitlines() == ["point,B,M", "eps_1.0,91.00,40.00", "eps_0.5,90.50,45.00",
+                                                    "eps_0.0,90.00,50.00"]
+  assert io.epath_of(f"{root}/eps.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+  out = capsys.readouterr().out
+  assert "[sweep] point 3 of 3: eps_0.0: done already, skipped" in out
