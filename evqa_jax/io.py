@@ -85,6 +85,15 @@ def upload(local: str, path: str) -> None:
     shutil.copyfileobj(src, dst, 1 << 22)
 
 
+def copy(src: str, dst: str) -> None:
+  """Copies the file or folder `src` to `dst` (each local or a URI), every file written whole (`atomic_path`)."""
+  for rel in _remote_listing(src):
+    source = epath_of(src) / rel if rel else epath_of(src)
+    with source.open("rb") as fin, atomic_path(os.path.join(os.fspath(dst), rel) if rel else os.fspath(dst)) as tmp:
+      with open(tmp, "wb") as fout:
+        shutil.copyfileobj(fin, fout, 1 << 22)
+
+
 def append_text(path: str, text: str) -> None:
   """Appends `text` to a log file durably. Object stores have no append: on a URI the file is rewritten whole (the
   logs appended to, such as train_history.jsonl, are small)."""

@@ -284,3 +284,17 @@ def test_sweep_table_from_points_finished_on_gcs(gcs, tmp_path, monkeypatch, cap
   assert io.epath_of(f"{root}/eps.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
   out = capsys.readouterr().out
   assert "[sweep] point 3 of 3: eps_0.0: done already, skipped" in out
+
+
+def test_copy_between_local_and_gcs(gcs, tmp_path):
+  """evqa_jax.io.copy (sweep --reuse copies a finished run's results with it): a folder to gs:// and back."""
+  from evqa_jax import io  # pylint: disable=g-import-not-at-top
+  src = tmp_path / "run"
+  (src / "eval" / "test_step4").mkdir(parents=True)
+  (src / "eval" / "test_step4" / "metrics.json").write_text('{"total": 1.5}\n')
+  (src / "train_history.jsonl").write_text('{"step": 1}\n')
+  io.copy(str(src), f"gs://{BUCKET}/copy/run")
+  assert _read(f"gs://{BUCKET}/copy/run/eval/test_step4/metrics.json") == '{"total": 1.5}\n'
+  io.copy(f"gs://{BUCKET}/copy/run", str(tmp_path / "back"))
+  assert (tmp_path / "back" / "train_history.jsonl").read_text() == '{"step": 1}\n'
+  assert (tmp_path / "back" / "eval" / "test_step4" / "metrics.json").read_text() == '{"total": 1.5}\n'

@@ -22,7 +22,6 @@ import json
 import math
 import os
 import shlex
-import shutil
 import subprocess
 import sys
 import time
@@ -87,17 +86,16 @@ def point_config(module, arg, point: dict) -> dict:
 def find_reusable(expected: dict, reuse_dirs) -> str:
   """A finished run directory under one of `reuse_dirs` that trained exactly `expected` with this code, or ''."""
   current = io_lib.code_version()
-  for root in reuse_dirs:
-    if not os.path.isdir(root):
+  for root in reuse_dirs:  # local or gs://...
+    if not io_lib.epath_of(root).is_dir():
       raise FileNotFoundError(f"--reuse directory {root} does not exist")
-    for name in sorted(os.listdir(root)):
+    for name in sorted(p.name for p in io_lib.epath_of(root).iterdir()):
       run = os.path.join(root, name)
       cfg_path = os.path.join(run, "config.json")
-      if not (os.path.exists(cfg_path) and os.path.exists(os.path.join(run, "final_metrics.json"))):
+      if not (io_lib.epath_of(cfg_path).exists() and _finished(run)):
         continue
       try:
-        with open(cfg_path) as f:
-          record = json.load(f)
+        record = json.loads(io_lib.epath_of(cfg_path).read_text())
       except (OSError, ValueError):
         continue
       if record.get("config") == expected:
@@ -116,18 +114,14 @@ _REUSED = ("config.json", "final_metrics.json", "train_history.jsonl", "eval", "
 def reuse_point(source: str, point_dir: str) -> None:
   """Copies a finished run's results into `point_dir` (final_metrics.json last: the point counts as done only once
   everything else is there)."""
-  os.makedirs(point_dir, exist_ok=True)
-  for name in _REUSED:
+  io_lib.makedirs(point_dir)
+  for name in _REUSED:  # local or gs://..., either side
     src, dst = os.path.join(source, name), os.path.join(point_dir, name)
-    if name == "final_metrics.json" or not os.path.exists(src):
+    if name == "final_metrics.json" or not io_lib.epath_of(src).exists():
       continue
-    if os.path.isdir(src):
-      shutil.copytree(src, dst, dirs_exist_ok=True)
-    else:
-      shutil.copy2(src, dst)
-  io_lib.write_json(os.path.join(point_dir, "reused_from.json"), {"source": os.path.abspath(source)})
-  with io_lib.atomic_path(os.path.join(point_dir, "final_metrics.json")) as tmp:
-    shutil.copy2(os.path.join(source, "final_metrics.json"), tmp)
+    io_lib.copy(src, dst)
+  io_lib.write_json(os.path.join(point_dir, "reused_from.json"), {"source": io_lib.absolute(source)})
+  io_lib.copy(os.path.join(source, "final_metrics.json"), os.path.join(point_dir, "final_metrics.json"))
 
 
 def _run_point(cmd: list) -> subprocess.CompletedProcess:
