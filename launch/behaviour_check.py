@@ -48,11 +48,16 @@ def _strip(obj):
   return obj
 
 
+def _path(path):
+  """`path` (local or gs://...) as an etils.epath.Path."""
+  from evqa_jax import io  # pylint: disable=g-import-not-at-top
+  return io.epath_of(path)
+
+
 def _load(run_dir):
-  with open(os.path.join(run_dir, "final_metrics.json")) as f:
-    final = _strip(json.load(f))
-  with open(os.path.join(run_dir, "train_history.jsonl")) as f:
-    history = [_strip(json.loads(line)) for line in f if line.strip()]
+  final = _strip(json.loads(_path(os.path.join(run_dir, "final_metrics.json")).read_text()))
+  lines = _path(os.path.join(run_dir, "train_history.jsonl")).read_text().splitlines()
+  history = [_strip(json.loads(line)) for line in lines if line.strip()]
   return {"final_metrics.json": final, "train_history.jsonl": history}  # keys name the file in a difference's path
 
 
@@ -76,9 +81,9 @@ def run_names(before: str, after: str) -> list:
   sides are single runs."""
   found = set()
   for side in (before, after):
-    if os.path.isdir(side):
-      found.update(n for n in os.listdir(side) if os.path.isfile(os.path.join(side, n, "final_metrics.json")))
-  if not found and all(os.path.isfile(os.path.join(d, "final_metrics.json")) for d in (before, after)):
+    if _path(side).is_dir():
+      found.update(p.name for p in _path(side).iterdir() if (p / "final_metrics.json").is_file())
+  if not found and all(_path(os.path.join(d, "final_metrics.json")).is_file() for d in (before, after)):
     return ["."]
   return [n for n in RUNS if n in found] + sorted(found - set(RUNS))
 
@@ -91,8 +96,8 @@ def compare(before: str, after: str) -> int:
   bad = 0
   for name in names:
     a, b = os.path.join(before, name), os.path.join(after, name)
-    if not (os.path.isdir(a) and os.path.isdir(b)):
-      print(f"{name}: missing in {'before' if not os.path.isdir(a) else 'after'}")
+    if not (_path(a).is_dir() and _path(b).is_dir()):
+      print(f"{name}: missing in {'before' if not _path(a).is_dir() else 'after'}")
       bad += 1
       continue
     diffs = list(_diff(_load(a), _load(b)))
