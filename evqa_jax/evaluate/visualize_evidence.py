@@ -53,12 +53,12 @@ def find_records(records_dir: str, entry_ids: Sequence[str]) -> dict[str, dict]:
 def read_pred_mask(pred_masks: str, entry_id: str, frame: int, size) -> Optional[np.ndarray]:
   """The predicted mask of a 6-fps frame resized to `size` (H, W), or None when no PNG was written for it."""
   d = os.path.join(pred_masks, io_lib.check_id(entry_id, f"--pred-masks {pred_masks}", "entry id"), "masks")
-  if not os.path.isdir(d):
+  if not io_lib.epath_of(d).is_dir():  # local or gs://...
     return None
-  for name in os.listdir(d):
+  for name in sorted(p.name for p in io_lib.epath_of(d).iterdir()):
     stem = os.path.splitext(name)[0]
     if name.lower().endswith(".png") and stem.isdigit() and int(stem) == frame:
-      with Image.open(os.path.join(d, name)) as im:
+      with io_lib.epath_of(os.path.join(d, name)).open("rb") as f, Image.open(f) as im:
         m = np.asarray(im.convert("L")) > 0
       if m.shape != tuple(size):
         m = np.asarray(Image.fromarray(m.astype(np.uint8) * 255).resize((size[1], size[0]), Image.NEAREST)) > 127
@@ -88,8 +88,7 @@ def render(records_dir: str, pred_json: str, pred_masks: str, entry_ids: Sequenc
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 
-  with open(pred_json) as f:
-    preds = json.load(f)
+  preds = json.loads(io_lib.epath_of(pred_json).read_text())
   recs = find_records(records_dir, entry_ids)
   n = len(entry_ids)
   fig = plt.figure(figsize=(1.6 * num_frames, 3.0 * n))
@@ -130,8 +129,7 @@ def render(records_dir: str, pred_json: str, pred_masks: str, entry_ids: Sequenc
     ax.tick_params(axis="x", labelsize=7)
     true_answer = candidates[int(ex["answer_index"])]
     ax.set_xlabel(f"seconds    |    {ex['question']}  predicted: {pred_answer}  true: {true_answer}", fontsize=8)
-  os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-  with io_lib.atomic_path(out) as tmp:
+  with io_lib.atomic_path(out) as tmp:  # makes the folder (local) or uploads (gs://...)
     fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
   plt.close(fig)
   return out
