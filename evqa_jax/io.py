@@ -94,6 +94,21 @@ def copy(src: str, dst: str) -> None:
         shutil.copyfileobj(fin, fout, 1 << 22)
 
 
+def move(src: str, dst: str) -> None:
+  """Moves the file or folder `src` to `dst`: a rename on a local disk; on an object store (which has no folders to
+  rename) a copy of every object, then the source's removal."""
+  if not is_uri(src) and not is_uri(dst):
+    os.makedirs(os.path.dirname(os.path.abspath(dst)), exist_ok=True)
+    shutil.move(src, dst)
+    return
+  copy(src, dst)
+  source = epath_of(src)
+  if source.is_dir():
+    source.rmtree()
+  else:
+    source.unlink()
+
+
 def append_text(path: str, text: str) -> None:
   """Appends `text` to a log file durably. Object stores have no append: on a URI the file is rewritten whole (the
   logs appended to, such as train_history.jsonl, are small)."""

@@ -286,7 +286,7 @@ def test_sweep_table_from_points_finished_on_gcs(gcs, tmp_path, monkeypatch, cap
   assert "[sweep] point 3 of 3: eps_0.0: done already, skipped" in out
 
 
-def test_copy_between_local_and_gcs(gcs, tmp_path):
+def test_copy_and_move_between_local_and_gcs(gcs, tmp_path):
   """evqa_jax.io.copy (sweep --reuse copies a finished run's results with it): a folder to gs:// and back."""
   from evqa_jax import io  # pylint: disable=g-import-not-at-top
   src = tmp_path / "run"
@@ -298,3 +298,7 @@ def test_copy_between_local_and_gcs(gcs, tmp_path):
   io.copy(f"gs://{BUCKET}/copy/run", str(tmp_path / "back"))
   assert (tmp_path / "back" / "train_history.jsonl").read_text() == '{"step": 1}\n'
   assert (tmp_path / "back" / "eval" / "test_step4" / "metrics.json").read_text() == '{"total": 1.5}\n'
+  # A damaged checkpoint is moved aside (checkpointing.restore_latest): on gs:// a copy and a removal.
+  io.move(f"gs://{BUCKET}/copy/run", f"gs://{BUCKET}/copy/aside/run.1")
+  assert not io.epath_of(f"gs://{BUCKET}/copy/run").exists()
+  assert _read(f"gs://{BUCKET}/copy/aside/run.1/train_history.jsonl") == '{"step": 1}\n'

@@ -145,7 +145,7 @@ def restore_latest(mngr: ocp.CheckpointManager, state, make_iter, identity: dict
       io_lib.makedirs(aside)
       for step in damaged:
         target = os.path.join(aside, f"{step}.{int(time.time())}")
-        io_lib.epath_of(os.path.join(os.fspath(mngr.directory), str(step))).rename(target)
+        io_lib.move(os.path.join(os.fspath(mngr.directory), str(step)), target)
         print(f"moved the damaged checkpoint of step {step} to {target}", flush=True)
     workdir_lib.sync("evqa_jax:damaged_moved")
     mngr.reload()
