@@ -23,10 +23,6 @@ def base_config() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.task = ""
   c.seed = 42
-  # True: draw the dropout masks with an unrolled threefry on CPU (evqa_jax/train/fast_rng.py): the same masks,
-  # drawn several times faster, but the fused step rounds differently in the last bits, and the README's demo
-  # results were trained without it.
-  c.unrolled_cpu_threefry = False
   # UNSAFE when True: input files holding pickled Python objects (e.g. a FrozenBiLM checkpoint that pickles more than
   # tensors and an argparse Namespace) are unpickled, which runs code from the file. Only for files you trust.
   c.trust_pickles = False

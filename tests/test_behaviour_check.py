@@ -28,7 +28,7 @@ def _compare(a, b):
 
 @pytest.fixture
 def sides(tmp_path):
-  a, b = tmp_path / "default", tmp_path / "unrolled"
+  a, b = tmp_path / "before", tmp_path / "after"
   for name in ("eps_0.0", "B", "ovqa_small"):  # a RUNS name and two sweep points
     _run(str(a / name), steps_per_sec=1.0)
     _run(str(b / name), steps_per_sec=2.5)  # timing differs: not a difference

@@ -16,7 +16,6 @@ from evqa_jax.models import clip_vision
 from evqa_jax.models import evidence_heads
 from evqa_jax.projects.evqa import model as evqa_model
 from evqa_jax.projects.evqa import frame_encoder
-from evqa_jax.train import fast_rng
 from evqa_jax.train import sharding
 
 
@@ -93,7 +92,7 @@ def test_clip_frame_encoder_normalises_and_drops_class_token(hf_clip_dir):
 def test_frame_encoder_grid(patch, stride, grid):
   enc = frame_encoder.FrameEncoder(dim=8, patch_size=patch, num_blocks=1, image_size=(16, 16), output_stride=stride)
   frames = jnp.asarray(np.random.RandomState(0).randint(0, 256, (2, 3, 16, 16, 3)), jnp.uint8)
-  params = fast_rng.jit_init(enc.init)(jax.random.key(0), frames)
+  params = jax.jit(enc.init)(jax.random.key(0), frames)
   apply = jax.jit(enc.apply)
   out = apply(params, frames)
   assert enc.grid == grid and out.shape == (2, 3, grid[0] * grid[1], 8)
@@ -128,7 +127,7 @@ def _seg_inputs(b=8, t=3, p=16, d=8, h=12, seed=0):
 def test_segmentation_head_upsamples_grid_logits_bilinearly():
   head = evidence_heads.SegmentationHead(grid=(4, 4), out_size=(12, 16), dim=8, num_heads=2, mlp_dim=16)
   feats, q, h_vis = _seg_inputs(b=2)
-  params = fast_rng.jit_init(head.init)(jax.random.key(0), feats, q, h_vis)
+  params = jax.jit(head.init)(jax.random.key(0), feats, q, h_vis)
   grid_logits, pixel_logits = jax.jit(head.apply)(params, feats, q, h_vis)
   assert grid_logits.shape == (2, 3, 4, 4) and pixel_logits.shape == (2, 3, 12, 16)
   # Bilinear with half-pixel centres: output pixel (y, x) samples the grid at
@@ -153,7 +152,7 @@ def test_segmentation_head_sharded_matches_single_device():
   head = evidence_heads.SegmentationHead(grid=(4, 4), out_size=(16, 16), dim=16, num_heads=4, mlp_dim=32,
                                          num_queries=2)
   feats, q, h_vis = _seg_inputs(b=8, d=8)
-  params = nn.meta.unbox(fast_rng.jit_init(head.init)(jax.random.key(1), feats, q, h_vis))
+  params = nn.meta.unbox(jax.jit(head.init)(jax.random.key(1), feats, q, h_vis))
   with jax.default_device(jax.devices()[0]):
     ref = jax.jit(head.apply)(params, feats, q, h_vis)
 
@@ -264,7 +263,7 @@ def test_frame_differences_hand_computed():
 def test_frame_encoder_with_shift_sees_neighbouring_frames():
   enc = frame_encoder.FrameEncoder(dim=8, patch_size=4, num_blocks=1, image_size=(8, 8), temporal_shift=0.25)
   frames = jnp.asarray(np.random.RandomState(0).randint(0, 255, (1, 3, 8, 8, 3)), jnp.uint8)
-  params = fast_rng.jit_init(enc.init)(jax.random.key(0), frames)
+  params = jax.jit(enc.init)(jax.random.key(0), frames)
   # conv2 starts at zero (identity blocks); perturb it so the block output depends on its input.
   leaves, treedef = jax.tree_util.tree_flatten(params)
   rng = np.random.RandomState(1)
@@ -286,7 +285,7 @@ def test_answer_head_masks_padded_options():
   h = jnp.asarray(np.random.RandomState(0).randn(2, 5, 12), jnp.float32)
   e = jnp.asarray(np.random.RandomState(1).randn(2, 6), jnp.float32)
   valid = jnp.asarray([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
-  params = fast_rng.jit_init(head.init)(jax.random.key(0), h, e, valid)
+  params = jax.jit(head.init)(jax.random.key(0), h, e, valid)
   logits = np.asarray(jax.jit(head.apply)(params, h, e, valid))
   assert np.all(logits[1, 3:] == -1e9) and np.all(np.abs(logits[:, :3]) < 100)
 
@@ -336,7 +335,7 @@ def test_model_shapes_and_losses_decrease():
   batch = _tiny_batch()
   # Two compiles (init and the train step): run eagerly, each of the model's hundreds of ops would be compiled on its
   # own, and every further jitted function (apply, the loss alone) is another compile of the whole model.
-  params = nn.meta.unbox(fast_rng.jit_init(model.init)(jax.random.key(0), batch))["params"]
+  params = nn.meta.unbox(jax.jit(model.init)(jax.random.key(0), batch))["params"]
   out = jax.eval_shape(model.apply, {"params": params}, batch)
   assert out["answer_logits"].shape == (4, 5) and out["frame_logits"].shape == (4, 4)
   assert out["grid_logits"].shape == (4, 4, 8, 8) and out["mask_logits"].shape == (4, 4, 16, 16)
@@ -374,7 +373,7 @@ def test_grouped_evidence_norm_normalises_feature_and_silhouette_apart_and_passe
   valid = jnp.ones((2, 3))
   e = rng.randn(2, d + 5 + s2).astype(np.float32)
   grouped = evidence_heads.AnswerHead(16, evidence_norm="grouped", feature_dim=d)
-  params = fast_rng.jit_init(grouped.init)(jax.random.key(0), h, jnp.asarray(e), valid)
+  params = jax.jit(grouped.init)(jax.random.key(0), h, jnp.asarray(e), valid)
   names = set(nn.meta.unbox(params)["params"])
   assert {"evidence_feature_LayerNorm", "evidence_shape_LayerNorm"} <= names and "evidence_LayerNorm" not in names
 
@@ -397,7 +396,7 @@ def test_grouped_evidence_norm_normalises_feature_and_silhouette_apart_and_passe
   np.testing.assert_allclose(logits(moved_rescaled) - logits(rescaled), effect, atol=1e-4)
   # One joint LayerNorm: the same velocity step counts for less when the feature values are larger.
   joint = evidence_heads.AnswerHead(16)
-  pj = fast_rng.jit_init(joint.init)(jax.random.key(0), h, jnp.asarray(e), valid)
+  pj = jax.jit(joint.init)(jax.random.key(0), h, jnp.asarray(e), valid)
   assert not np.allclose(logits(moved_rescaled, joint, pj) - logits(rescaled, joint, pj),
                          logits(moved, joint, pj) - logits(e, joint, pj), atol=1e-3)
   with pytest.raises(ValueError, match="evidence_norm"):

@@ -24,7 +24,7 @@ from configs import violin  # noqa: E402
 from evqa_jax.models import bert, deberta_v2, layers  # noqa: E402
 from evqa_jax.projects.violin import task as violin_task  # noqa: E402
 from data_prep import worlds  # noqa: E402
-from evqa_jax.train import fast_rng, partition, sharding, steps  # noqa: E402
+from evqa_jax.train import partition, sharding, steps  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -50,10 +50,10 @@ def _inputs():
 
 def _init_params(name):
   """The encoder's parameters (remat does not change them), initialised under jit (eagerly, every op of the init
-  would be compiled on its own) with the unrolled CPU threefry (the same bits, compiled faster)."""
+  would be compiled on its own)."""
   cls, cfg_cls, shape = ENCODERS[name]
   ids, mask, _ = _inputs()
-  init = fast_rng.jit_init(cls(cfg_cls.from_dict(shape)).init)
+  init = jax.jit(cls(cfg_cls.from_dict(shape)).init)
   return nn.meta.unbox(init(jax.random.key(0), ids, mask)["params"])
 
 

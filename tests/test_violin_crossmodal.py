@@ -14,7 +14,7 @@ from evqa_jax import pretrained
 from evqa_jax.models.bert import BertConfig
 from evqa_jax.projects.violin.baseline import paired_loss, violin_accuracy
 from evqa_jax.projects.violin.crossmodal import TRAINABLE_PATTERNS, ViolinCrossModal, pack_statement_subtitles
-from evqa_jax.train import fast_rng, partition
+from evqa_jax.train import partition
 from scan_training import scan_train
 
 VOCAB, T, FEAT = 40, 5, 12
@@ -78,7 +78,7 @@ def _model(**kw):
 def base():
   """(model, variables, jitted apply) of the default tiny model, shared so that its init and apply compile once."""
   model = _model()
-  return model, fast_rng.jit_init(model.init)(jax.random.key(0), _batch()), jax.jit(model.apply)
+  return model, jax.jit(model.init)(jax.random.key(0), _batch()), jax.jit(model.apply)
 
 
 def test_shapes_pairs_and_parameter_names(base):
@@ -176,7 +176,7 @@ def test_short_training_of_trainable_part_lowers_paired_loss():
            "video": jnp.asarray(r.randn(b, T, FEAT).astype(np.float32)), "video_mask": jnp.ones((b, T), jnp.int32)}
   # A larger init range than BERT's 0.02 so that the frozen random LM actually mixes tokens into [CLS].
   model = _model(dropout=0.0, cfg=dict(initializer_range=0.2))
-  params = nn.meta.unbox(fast_rng.jit_init(model.init)(jax.random.key(0), batch)["params"])
+  params = nn.meta.unbox(jax.jit(model.init)(jax.random.key(0), batch)["params"])
   trainable, frozen = partition.split_params(params, TRAINABLE_PATTERNS)
   tx = optax.adam(1e-2)
   steps = 60

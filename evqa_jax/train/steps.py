@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from evqa_jax.train import fast_rng, partition, sharding
+from evqa_jax.train import partition, sharding
 
 
 class StepFns:
@@ -23,9 +23,6 @@ class StepFns:
   def __init__(self, task, tx, mesh, rules, state_shardings, batch_shard, aux_shardings):
     self.task = task
     repl = sharding.replicated(mesh)
-    # The dropout masks' CPU threefry: jax's looped lowering or the unrolled one (the same bits, faster; opt-in, see
-    # fast_rng), fixed per step function rather than process-wide.
-    unrolled = bool(task.config.get("unrolled_cpu_threefry", False))
 
     def train_step(state, batch, aux):
       rng = jax.random.fold_in(jax.random.key(task.config.seed), state["step"])
@@ -55,14 +52,13 @@ class StepFns:
 
     self.mesh = mesh
     self.rules = sharding.rules_tuple(rules)
-    self.train_step = fast_rng.jit(train_step, unrolled_threefry=unrolled, donate_argnums=0,
-                                   in_shardings=(state_shardings, batch_shard, aux_shardings),
-                                   out_shardings=(state_shardings, repl))
-    self.eval_step = fast_rng.jit(eval_step, unrolled_threefry=unrolled,
-                                  in_shardings=(state_shardings, batch_shard, aux_shardings), out_shardings=repl)
-    self.eval_loss_step = fast_rng.jit(eval_loss_step, unrolled_threefry=unrolled,
-                                       in_shardings=(state_shardings, batch_shard, aux_shardings),
-                                       out_shardings=repl)
+    self.train_step = jax.jit(train_step, donate_argnums=0,
+                              in_shardings=(state_shardings, batch_shard, aux_shardings),
+                              out_shardings=(state_shardings, repl))
+    self.eval_step = jax.jit(eval_step, in_shardings=(state_shardings, batch_shard, aux_shardings),
+                             out_shardings=repl)
+    self.eval_loss_step = jax.jit(eval_loss_step, in_shardings=(state_shardings, batch_shard, aux_shardings),
+                                  out_shardings=repl)
 
   def context(self):
     """The mesh and logical axis rules under which the steps are traced (and must be called).
@@ -94,8 +90,7 @@ def create_state(task, config, mesh, tx):
   with nn.logical_axis_rules(rules):
     abstract = jax.eval_shape(task.init_params, rng)
     param_shardings = sharding.tree_shardings(abstract, mesh, rules)
-    # Lowered with the unrolled CPU threefry: the very parameters of the looped lowering, compiled faster (fast_rng).
-    params = fast_rng.jit_init(lambda r: nn.meta.unbox(task.init_params(r)), out_shardings=param_shardings)(rng)
+    params = jax.jit(lambda r: nn.meta.unbox(task.init_params(r)), out_shardings=param_shardings)(rng)
   trainable, frozen = partition.split_params(params, task.trainable_patterns)
   frozen = frozen_storage(frozen, config)
   opt_state = jax.jit(tx.init, out_shardings=opt_state_shardings(tx, trainable, mesh))(trainable)
