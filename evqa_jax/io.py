@@ -10,7 +10,6 @@ import math
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 
 
@@ -233,62 +232,6 @@ def write_text(path: str, text: str) -> None:
   with atomic_path(path) as tmp:
     with open(tmp, "w") as f:
       f.write(text)
-
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# What a training run executes; README, tests and benchmarks are not part of a result.
-CODE_PATHS = ("evqa_jax", "configs", "data_prep", "launch")
-
-
-def _git(*args, timeout: float = 10.0):
-  try:
-    out = subprocess.run(["git", "-C", REPO, *args], capture_output=True, text=True, timeout=timeout)
-  except (OSError, subprocess.SubprocessError):
-    return None
-  return out
-
-
-def code_version(paths=CODE_PATHS) -> dict:
-  """{"commit": HEAD, "dirty": `paths` have uncommitted changes to tracked files} of the git checkout this package
-  runs from; {} outside one. Recorded in every workdir's config.json (with the code paths: README, tests and
-  benchmarks are not part of a result), and by every benchmark (benchmarks/machine.py: the code paths and
-  benchmarks/, whose scripts are part of their figures), so a result can be traced to the code that produced it."""
-  commit = _git("rev-parse", "HEAD")
-  status = _git("status", "--porcelain", "--untracked-files=no", "--", *paths)
-  if commit is None or status is None or commit.returncode != 0 or status.returncode != 0:
-    return {}
-  return {"commit": commit.stdout.strip(), "dirty": bool(status.stdout.strip())}
-
-
-def cpuinfo() -> dict:
-  """The first processor's fields in /proc/cpuinfo ("model name", "flags", ...; {} where there is none, e.g. macOS)."""
-  try:
-    with open("/proc/cpuinfo") as f:
-      first = f.read().split("\n\n")[0]
-  except OSError:
-    return {}
-  info = {}
-  for line in first.splitlines():
-    key, _, value = line.partition(":")
-    info[key.strip()] = value.strip()
-  return info
-
-
-def cpu_model() -> str | None:
-  """The first processor's "model name" (None where unknown). XLA's CPU code differs between processor
-  generations, so a recorded result names the CPU it ran on."""
-  return cpuinfo().get("model name")
-
-
-def same_code(a: dict, b: dict) -> bool:
-  """Whether two `code_version()` records ran the same code: both clean and no difference in CODE_PATHS between
-  their commits (commits that change only docs or tests count as the same code)."""
-  if not a or not b or a.get("dirty") or b.get("dirty"):
-    return False
-  if a["commit"] == b["commit"]:
-    return True
-  diff = _git("diff", "--quiet", a["commit"], b["commit"], "--", *CODE_PATHS)
-  return diff is not None and diff.returncode == 0
 
 
 # ------------------------------------------------------------------------------------ hostile input: one mechanism

@@ -1,4 +1,4 @@
-"""The demo-result checker (evqa_jax/train/results.py, launch/check_results.py) on a recorded 2-step `:tiny` run:
+"""The demo-result checker (launch/check_results.py) on a recorded 2-step `:tiny` run:
 a rerun matches to the printed digits, a changed printed digit is caught and named, digits past the printed ones
 are not compared. The demo tables themselves are rechecked only on request: `pytest -m demo`
 (tests/test_demo_results.py)."""
@@ -10,9 +10,10 @@ import sys
 
 import pytest
 
-from evqa_jax.train import results
-
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "launch"))
+import check_results as results  # noqa: E402  (launch/check_results.py)
+
 COMMAND = ["python", "launch/train.py", "--config=configs/ovqa_msrvtt.py:tiny", "--workdir={workdir}",
            "--config.total_steps=2", "--config.checkpoint_every_steps=2"]
 PRINTED = {"final_metrics.json": {"eval.test.mAcc": 2, "eval.test.total": 2, "eval.test.BNG": 2, "train.loss": 4}}
@@ -40,7 +41,7 @@ def test_record_holds_command_commit_and_printed_files(recorded):
   rec = json.loads((recorded / "record.json").read_text())
   assert rec["command"] == COMMAND and rec["printed"] == PRINTED
   assert "commit" in rec and "dirty" in rec  # the checkout's code version (a git checkout runs the tests)
-  assert rec["cpu"] == results.io_lib.cpu_model()  # XLA's CPU code differs between processors
+  assert rec["cpu"] == results.cpu_model()  # XLA's CPU code differs between processors
   final = json.loads((recorded / "final_metrics.json").read_text())
   assert final["step"] == 2 and 0.0 <= final["eval"]["test"]["mAcc"] <= 100.0
 
@@ -93,3 +94,14 @@ def test_record_refuses_what_it_could_not_check(tmp_path):
     results.record(str(tmp_path / "r"), COMMAND, {"final_metrics.json": {"train.loss": 4}}, workdir=str(work))
   with pytest.raises(TypeError, match="'eval.test.mAcc' is 'n/a', not a number"):
     results.record(str(tmp_path / "r"), COMMAND, {"final_metrics.json": {"eval.test.mAcc": 2}}, workdir=str(work))
+
+
+def test_same_code_compares_code_paths_of_commits():
+  version = results.code_version()
+  if not version:
+    pytest.skip("not a git checkout")
+  head = {"commit": version["commit"], "dirty": False}
+  assert results.same_code(head, dict(head))
+  assert not results.same_code(head, dict(head, dirty=True))
+  assert not results.same_code(head, {})
+  assert not results.same_code(head, {"commit": "0" * 40, "dirty": False})

@@ -31,7 +31,7 @@ def _metrics(eps):
   return {"eval": {"test": {"base": 90.0 + eps, "mAcc": 50.0 - 10.0 * eps, "total": 1.0}}}
 
 
-CODE = {"commit": "c0ffee", "dirty": False}  # the code version the tests pretend to run
+CODE = {"evqa_jax": "0.1.0", "sources_sha256": "c0ffee"}  # the code version the tests pretend to run
 
 
 def _write_run(run_dir, config, eps, code=CODE):
@@ -97,13 +97,13 @@ def test_reuse_copies_only_runs_with_exactly_the_same_config(tmp_path, config_pa
   module = sweep_lib.load_config_module(config_path + ":demo")
   fake = FakeTrain(module, "demo")
   monkeypatch.setattr(sweep_lib, "_run_point", fake)
-  monkeypatch.setattr(sweep_lib.io_lib, "code_version", lambda: dict(CODE))
+  monkeypatch.setattr(sweep_lib.workdir_lib, "code_version", lambda: dict(CODE))
   other = str(tmp_path / "heads")
   same = sweep_lib.point_config(module, "demo", {"name": "", "overrides": {"verbalizer.eps": 0.7}})
-  # Same config but other, unrecorded or uncommitted code: never reused ("0000000" is no commit of this repo).
-  _write_run(os.path.join(other, "a_gnn_old_code"), same, 0.0, code={"commit": "0000000", "dirty": False})
+  # Same config but other or unrecorded code (or the git record of older versions): never reused.
+  _write_run(os.path.join(other, "a_gnn_old_code"), same, 0.0, code=dict(CODE, sources_sha256="0000000"))
   _write_run(os.path.join(other, "b_gnn_unrecorded"), same, 0.0, code=None)
-  _write_run(os.path.join(other, "c_gnn_dirty"), same, 0.0, code={"commit": "c0ffee", "dirty": True})
+  _write_run(os.path.join(other, "c_gnn_git_record"), same, 0.0, code={"commit": "c0ffee", "dirty": False})
   _write_run(os.path.join(other, "gnn"), same, 0.7)
   differs = dict(same, tag="not-demo")  # same eps, another config: must not be reused
   _write_run(os.path.join(other, "gnn_other"), differs, 1.0)
@@ -227,13 +227,23 @@ def test_seeds_and_only_give_mean_and_std(tmp_path, config_path, monkeypatch):
     sweep_lib.run_sweep(config_path, "eps", workdir, only=["eps_0.5"])
 
 
-def test_same_code_compares_code_paths_of_commits():
-  from evqa_jax import io as io_lib
-  version = io_lib.code_version()
-  if not version:
-    pytest.skip("not a git checkout")
-  head = {"commit": version["commit"], "dirty": False}
-  assert io_lib.same_code(head, dict(head))
-  assert not io_lib.same_code(head, dict(head, dirty=True))
-  assert not io_lib.same_code(head, {})
-  assert not io_lib.same_code(head, {"commit": "0" * 40, "dirty": False})
+def test_code_version_is_a_digest_of_the_code_paths(tmp_path, monkeypatch):
+  """config.json's "code": the package version and a digest of the Python sources under evqa_jax/, configs/,
+  data_prep/ and launch/ (no git): an edit there changes it, README, tests and caches do not."""
+  from evqa_jax.train import workdir
+  for rel in ("evqa_jax/a.py", "configs/c.py", "tests/t.py", "README.md"):
+    os.makedirs(tmp_path / os.path.dirname(rel), exist_ok=True)
+    (tmp_path / rel).write_text("x = 1\n")
+  monkeypatch.setattr(workdir, "REPO", str(tmp_path))
+  first = workdir.code_version()
+  assert first["evqa_jax"] == "0.1.0" and len(first["sources_sha256"]) == 64
+  (tmp_path / "tests" / "t.py").write_text("x = 2\n")
+  (tmp_path / "README.md").write_text("changed\n")
+  os.makedirs(tmp_path / "evqa_jax" / "__pycache__")
+  (tmp_path / "evqa_jax" / "__pycache__" / "a.py").write_text("cache\n")
+  assert workdir.code_version() == first
+  (tmp_path / "configs" / "c.py").write_text("x = 2\n")
+  assert workdir.code_version()["sources_sha256"] != first["sources_sha256"]
+  (tmp_path / "configs" / "c.py").write_text("x = 1\n")
+  (tmp_path / "configs" / "d.py").write_text("x = 1\n")  # a new file counts, under its name
+  assert workdir.code_version()["sources_sha256"] != first["sources_sha256"]

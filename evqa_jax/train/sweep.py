@@ -12,9 +12,8 @@ not rerun (resumable), and an interrupted point resumes from its own checkpoints
 when a finished run there has exactly the configuration this point would train (its `config.json`, compared field by
 field), e.g. Table 5's variant E is Table 8's eps = 0.7 and the heads sweep's "+ GNN" point. Its results (metrics,
 history, evaluation outputs, TensorBoard log; not the checkpoints) are copied, with `reused_from.json` naming the source.
-A source run is reused only if its config.json records (under "code") a clean commit whose code paths
-(`evqa_jax.io.CODE_PATHS`) match the current clean checkout: the same config trained by other code is another
-experiment.
+A source run is reused only if its config.json records (under "code") the digest of the current sources
+(`workdir.code_version`): the same config trained by other code is another experiment.
 """
 
 import csv
@@ -28,6 +27,7 @@ import time
 
 from evqa_jax import io as io_lib
 from evqa_jax.train import overrides
+from evqa_jax.train import workdir as workdir_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -85,7 +85,7 @@ def point_config(module, arg, point: dict) -> dict:
 
 def find_reusable(expected: dict, reuse_dirs) -> str:
   """A finished run directory under one of `reuse_dirs` that trained exactly `expected` with this code, or ''."""
-  current = io_lib.code_version()
+  current = workdir_lib.code_version()
   for root in reuse_dirs:  # local or gs://...
     if not io_lib.epath_of(root).is_dir():
       raise FileNotFoundError(f"--reuse directory {root} does not exist")
@@ -100,9 +100,10 @@ def find_reusable(expected: dict, reuse_dirs) -> str:
         continue
       if record.get("config") == expected:
         code = record.get("code") or {}
-        if not io_lib.same_code(code, current):
+        if code.get("sources_sha256") != current["sources_sha256"]:
           print(f"[sweep] {run} has the same config but was trained by other or unrecorded code "
-                f"({code or 'no code version'}; now {current or 'not a git checkout'}): not reused", flush=True)
+                f"(sources {code.get('sources_sha256') or 'not recorded'}, now {current['sources_sha256']}): "
+                "not reused", flush=True)
           continue
         return run
   return ""

@@ -5,13 +5,19 @@
 process passes around such shared files in a multi-process job.
 """
 
+import hashlib
 import json
 import os
 
 import jax
 from jax.experimental import multihost_utils
 
+import evqa_jax
 from evqa_jax import io as io_lib
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# What a training run executes (README, tests and benchmarks are not part of a result).
+CODE_PATHS = ("evqa_jax", "configs", "data_prep", "launch")
 
 # Config entries that must match between a workdir's checkpoint and the config resuming from it.
 _IDENTITY_KEYS = ("task", "model_name", "model", "pretrained", "trainable", "data.dir")
@@ -61,6 +67,26 @@ def recorded_identity(workdir: str) -> dict | None:
     raise ValueError(f"{path} is unreadable ({e}): is {workdir} an evqa_jax workdir?") from e
 
 
+def code_version() -> dict:
+  """{"evqa_jax": the package version, "sources_sha256": a digest of the Python sources under CODE_PATHS}.
+
+  Written into every workdir's config.json: `launch/sweep.py --reuse` copies a finished run only when the same code
+  trained it (the same config trained by other code is another experiment). The digest is of the files themselves,
+  so it needs no git checkout and tells an edited tree from its commit; folders an installed package lacks
+  (configs/, data_prep/, launch/) are skipped.
+  """
+  paths = []
+  for top in CODE_PATHS:
+    for folder, dirs, files in os.walk(os.path.join(REPO, top)):
+      dirs[:] = [d for d in dirs if d != "__pycache__"]
+      paths += [os.path.relpath(os.path.join(folder, f), REPO) for f in files if f.endswith(".py")]
+  digest = hashlib.sha256()
+  for rel in sorted(paths):
+    with open(os.path.join(REPO, rel), "rb") as f:
+      digest.update(rel.encode() + b"\0" + hashlib.sha256(f.read()).digest())
+  return {"evqa_jax": evqa_jax.__version__, "sources_sha256": digest.hexdigest()}
+
+
 def check_same_experiment(config, workdir: str) -> None:
   """Refuses to score a workdir's checkpoints with a config other than the one that trained them."""
   theirs = recorded_identity(workdir)
@@ -87,4 +113,4 @@ def check_workdir(config, workdir: str) -> None:
   sync("evqa_jax:workdir_checked")  # everyone read the old file before process 0 replaces it
   if jax.process_index() == 0:
     io_lib.write_json(path, {"identity": mine, "config": json.loads(config.to_json_best_effort()),
-                             "code": io_lib.code_version()})
+                             "code": code_version()})
