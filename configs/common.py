@@ -4,13 +4,35 @@ Durations use one vocabulary (evqa_jax.train.durations): set exactly one of `<na
 `<name>_examples` for `total`, `eval_every`, `checkpoint_every`.
 """
 
+import glob
+import importlib
+import os
+
 import ml_collections
 from ml_collections import config_dict
+
+CONFIG_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
 def parse_variants(arg) -> set:
   """`--config=file.py:demo,cvqa` -> {"demo", "cvqa"}."""
   return {v.strip() for v in (arg or "").split(",") if v.strip()}
+
+
+def config_files() -> list:
+  """The experiment config files' names (configs/*.py without the shared modules), sorted."""
+  return sorted(os.path.basename(p) for p in glob.glob(os.path.join(CONFIG_DIR, "*.py"))
+                if os.path.basename(p) not in ("__init__.py", "common.py") and not p.endswith("_common.py"))
+
+
+def variants_help() -> str:
+  """One line per config file with its VARIANTS, for launch/*.py --help:
+  `configs/ovqa_msrvtt.py: authors_eps, baseline, ...` (combine them: `--config=configs/ovqa_msrvtt.py:demo,small`)."""
+  lines = []
+  for name in config_files():
+    module = importlib.import_module(f"configs.{name[:-3]}")
+    lines.append(f"configs/{name}: {', '.join(sorted(module.VARIANTS))}")
+  return "\n".join(lines)
 
 
 def check_variants(variants: set, known: set, config_file: str) -> None:

@@ -12,6 +12,8 @@ Demo: docs/results.md holds the table that the README's main command printed.
 
 from configs import ovqa_common
 
+VARIANTS = ovqa_common.VARIANTS
+
 
 def get_config(arg=None):
   return ovqa_common.ovqa_config("tgif", arg, cvqa_topk=1540)

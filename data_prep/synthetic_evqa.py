@@ -305,6 +305,23 @@ def generate(out: str, seed: int = 0, small: bool = False, num_shards: int = 1, 
   return counts
 
 
+def ensure_world(world_dir: str, preset: str = "default") -> str:
+  """Builds the world of `preset` ("default" or "small", seed 0) in world_dir unless world_dir/records already holds
+  one; returns world_dir/records. Several processes (parallel test workers, hosts sharing a disk) may ask at once:
+  one builds, the others wait for the file lock and then find the records."""
+  if preset not in SIZES:
+    raise ValueError(f"unknown synthetic E-VQA preset {preset!r} (choose from {list(SIZES)})")
+  records_dir = os.path.join(world_dir, "records")
+  if os.path.exists(os.path.join(records_dir, "metadata.json")):
+    return records_dir
+  os.makedirs(world_dir, exist_ok=True)
+  with evqa_io.file_lock(os.path.join(world_dir, ".build.lock")):
+    if not os.path.exists(os.path.join(records_dir, "metadata.json")):
+      print(f"Generating the synthetic E-VQA world ({preset}) in {world_dir} ...", flush=True)
+      generate(world_dir, small=preset == "small", verbose=False)
+  return records_dir
+
+
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   p.add_argument("--out", required=True)

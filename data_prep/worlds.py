@@ -7,10 +7,12 @@ launch/train.py, launch/aot_check.py, the benchmarks and the tests call `ensure_
 `train_and_evaluate`; the library (evqa_jax) never generates data, it raises when config.data.dir holds no records.
 """
 
+import importlib
 import os
 import sys
 
 from evqa_jax import io as evqa_io
+from evqa_jax import projects
 
 
 def _world_root(config) -> str:
@@ -22,43 +24,22 @@ def _world_root(config) -> str:
 
 
 def ensure_synthetic_world(config) -> None:
-  """Builds the synthetic world of `config.data.synthetic` for `config.task` unless config.data.dir already holds it
-  (a no-op when config.data.synthetic is empty). Safe to call from several processes at once."""
-  preset = config.data.get("synthetic", "")
+  """Builds the synthetic world of `config.data.synthetic` with the builder that `config.task`'s entry in
+  evqa_jax.projects.TASKS names (its `ensure_world(world_dir, preset)`, which leaves a world already there alone and
+  refuses an unknown preset); a no-op when config.data.synthetic is empty. Safe to call from several processes at
+  once."""
+  preset = config.data.synthetic
   if not preset:
     return
-  has_records = (evqa_io.epath_of(config.data.dir) / "metadata.json").exists()  # local or gs://...
-  if not has_records and evqa_io.is_uri(config.data.dir):
+  if evqa_io.is_uri(config.data.dir):  # the builders write a local disk
+    if (evqa_io.epath_of(config.data.dir) / "metadata.json").exists():
+      return  # a world already in the bucket is used as it is
     raise FileNotFoundError(
         f"config.data.dir = {config.data.dir!r} holds no records, and synthetic worlds are built on a local disk: "
         "build it locally (the same command with a local --config.data.dir), copy the folder to the bucket "
         "(gcloud storage cp -r), or pass --config.data.synthetic=''")
-  if config.task == "ovqa":
-    if not has_records:
-      from data_prep import synthetic_ovqa
-      synthetic_ovqa.ensure_world(_world_root(config), preset=preset)
-  elif config.task == "violin":
-    from data_prep import synthetic_violin
-    if preset not in synthetic_violin.PRESETS:
-      raise ValueError(f"config.data.synthetic = {preset!r}: expected '' or one of {list(synthetic_violin.PRESETS)}")
-    # Always: ensure_world also checks that a world already there was built by this generator version and preset.
-    synthetic_violin.ensure_world(_world_root(config), preset)
-  elif config.task == "evqa":
-    if not has_records:
-      if preset not in ("default", "small"):
-        raise ValueError(f"config.data.synthetic = {preset!r}: expected 'default' or 'small'")
-      from data_prep import synthetic_evqa
-      root = _world_root(config)
-      os.makedirs(root, exist_ok=True)
-      # Several processes (parallel test workers, hosts sharing a disk) may ask at once: one builds, the others
-      # wait and then find the records.
-      with evqa_io.file_lock(os.path.join(root, ".build.lock")):
-        if not os.path.exists(os.path.join(os.path.expanduser(config.data.dir), "metadata.json")):
-          print(f"Generating the synthetic E-VQA world ({preset}) in {root} ...", flush=True)
-          synthetic_evqa.generate(root, small=preset == "small", verbose=False)
-  else:
-    raise ValueError(f"config.task = {config.task!r}: no built-in synthetic world (config.data.synthetic = "
-                     f"{preset!r})")
+  world = importlib.import_module(projects.project(config.task).world)
+  world.ensure_world(_world_root(config), preset)
 
 
 def main(argv) -> None:

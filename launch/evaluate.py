@@ -19,8 +19,16 @@ from ml_collections import config_flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-config_flags.DEFINE_config_file("config", None, "Experiment config file (configs/<name>.py[:variant]).",
-                                lock_config=True)
+from configs import common as configs_common  # noqa: E402
+from evqa_jax import projects  # noqa: E402
+
+# --help: the command-line evaluators of each task (evqa_jax.projects.TASKS), which score anyone's prediction files.
+__doc__ += ("\nThe prediction files are in the benchmarks' official formats; each task's evaluators score anyone's:\n"
+            + "".join(f"  {name}: {', '.join(f'python -m {m}' for m in entry.evaluators)}\n"
+                      for name, entry in projects.TASKS.items()))
+
+config_flags.DEFINE_config_file("config", None, "Experiment config file, configs/<name>.py[:variant,...]; each "
+                                "file's variants:\n" + configs_common.variants_help(), lock_config=True)
 flags.DEFINE_string("workdir", None, "The training run's directory (zero-shot: where the outputs go).")
 flags.DEFINE_string("checkpoint", None, "last, best or a step number.")
 flags.DEFINE_bool("zero_shot", False, "Score the initial weights (no training) instead of a checkpoint.")

@@ -15,8 +15,10 @@ from ml_collections import config_flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-config_flags.DEFINE_config_file("config", None, "Experiment config file (configs/<name>.py[:variant]).",
-                                lock_config=True)
+from configs import common as configs_common  # noqa: E402
+
+config_flags.DEFINE_config_file("config", None, "Experiment config file, configs/<name>.py[:variant,...]; each "
+                                "file's variants:\n" + configs_common.variants_help(), lock_config=True)
 flags.DEFINE_string("workdir", None, "Directory for checkpoints, logs and predictions.")
 flags.DEFINE_bool("distributed", False, "Call jax.distributed.initialize() (auto-detected coordinator).")
 flags.DEFINE_string("coordinator", None, "host:port of process 0, for explicit multi-process runs.")

@@ -26,20 +26,31 @@ def test_library_never_imports_data_prep():
 
 
 def test_every_task_file_is_small():
+  from evqa_jax import projects
   tasks = glob.glob(os.path.join(REPO, "evqa_jax", "projects", "*", "task.py"))
-  assert sorted(os.path.basename(os.path.dirname(t)) for t in tasks) == ["evqa", "ovqa", "violin"]
+  assert sorted(os.path.basename(os.path.dirname(t)) for t in tasks) == sorted(projects.TASKS)  # a folder per entry
   for path in tasks:
     n = len(open(path).read().splitlines())
     assert n <= 250, f"{os.path.relpath(path, REPO)} has {n} lines"
 
 
-def test_every_project_has_the_four_files():
+def test_every_project_has_the_four_files_a_world_and_evaluators():
+  """Each TASKS entry names its own folder's task, a data_prep world builder with `ensure_world(world_dir, preset)`
+  and command-line evaluators with a `main`."""
+  import importlib
+  import inspect
+  import sys
+  sys.path.insert(0, REPO)
   from evqa_jax import projects
   for name, entry in projects.TASKS.items():
     folder = os.path.join(REPO, "evqa_jax", "projects", name)
-    assert entry.startswith(f"evqa_jax.projects.{name}.task:"), entry
+    assert entry.task.startswith(f"evqa_jax.projects.{name}.task:"), entry
     for f in ("input.py", "model.py", "task.py", "evaluator.py"):
       assert os.path.exists(os.path.join(folder, f)), (name, f)
+    assert entry.world.startswith("data_prep.synthetic_"), entry
+    params = list(inspect.signature(importlib.import_module(entry.world).ensure_world).parameters)
+    assert params[:2] == ["world_dir", "preset"], (name, params)
+    assert entry.evaluators and all(callable(importlib.import_module(m).main) for m in entry.evaluators), entry
 
 
 def test_task_never_builds_a_world(tmp_path):
