@@ -137,6 +137,28 @@ def test_task_takes_base_answers_from_the_categories(tmp_path, monkeypatch):
   np.testing.assert_array_equal(np.nonzero(is_base)[0], [1])  # "woman": base by their category, 2 train rows
 
 
+def test_variant_a_in_any_spelling_loads_no_graphs(tmp_path, monkeypatch):
+  """`config.verbalizer.variant` is read through verbalizer.canonical_variant everywhere: A, a and none need no
+  answer graphs (the converted release below has none) and build no verbalizer; a GNN variant asks for them."""
+  from configs import ovqa_msrvtt
+  from data_prep import ovqa as prep
+  rel, authors = _release(tmp_path)
+  out = str(tmp_path / "out")
+  prep.convert(rel["dir"], os.path.join(rel["dir"], "clipvitl14.pth"), out, verbose=False,
+               authors_vocab=authors["dir"])
+  monkeypatch.chdir(REPO)
+  for variant in ("A", "a", "none", "None"):
+    config = ovqa_msrvtt.get_config("demo,small")
+    config.data.dir, config.data.synthetic, config.verbalizer.variant = out, "", variant
+    task = OVQATask(config)
+    assert not task.input.use_graph and task.input.graphs == {} and task.model.verbalizer is None, variant
+    assert "senders" not in task.aux_inputs("train") and task.describe() == "OVQA FrozenBiLM+ (bert)"
+  config.verbalizer.variant = "gat"
+  with pytest.raises(FileNotFoundError, match=r"graph_train.npz is missing: the verbalizer \(config.verbalizer.variant "
+                                              r"= 'gat'\) needs answer graphs"):
+    OVQATask(config)
+
+
 # ------------------------------------------------------------------------------------ the authors' answer graphs
 
 def test_authors_answer_graph_import(tmp_path):
@@ -410,7 +432,7 @@ def test_best_checkpoint_outlives_max_to_keep(tmp_path):
   from evqa_jax.train import checkpointing
   keep = checkpointing.KeepSteps()
   mngr = checkpointing.make_checkpoint_manager(str(tmp_path), ml_collections.ConfigDict(
-      {"checkpoint": {"max_to_keep": 1}}), keep)
+      {"checkpoint": {"max_to_keep": 1, "replica_parallel": None}}), keep)
   for step in (1, 2, 3):
     mngr.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave({"x": np.full(2, step)})))
     keep.steps = {1}  # step 1 became the best

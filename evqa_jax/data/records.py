@@ -48,7 +48,7 @@ def require_records(config, task_name: str, convert_command: str, demo_config: s
   library never generates data; the synthetic worlds are built by the launch side, data_prep.worlds)."""
   if (evqa_io.epath_of(config.data.dir) / METADATA_FILE).exists():  # local or gs://...
     return
-  if config.data.get("synthetic"):
+  if config.data.synthetic:
     raise FileNotFoundError(
         f"config.data.dir = {config.data.dir!r} holds no records yet: config.data.synthetic = "
         f"{config.data.synthetic!r} names a built-in synthetic world, which launch/train.py builds before training; "

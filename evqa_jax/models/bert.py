@@ -31,7 +31,7 @@ import numpy as np
 
 from evqa_jax.models import hf_utils
 from evqa_jax.models import layers
-from evqa_jax.models.layers import ACTIVATIONS, Adapter, VisualProjection
+from evqa_jax.models.layers import ACTIVATIONS, VisualProjection
 
 SUPPORTED_MODEL_TYPES = ("bert",)
 
@@ -208,9 +208,7 @@ class BertSelfOutput(nn.Module):
     """context `[batch, heads, S, head_dim]`, residual `[batch, S, hidden]`."""
     cfg = self.config
     h = _HeadsMerge(cfg, name="dense")(context)
-    if cfg.use_adapters:
-      h = Adapter(cfg.hidden_size, cfg.adapter_reduction, cfg.adapter_dropout, dtype=cfg.dtype,
-                  param_dtype=cfg.param_dtype, name="adapter_attn")(h, deterministic=deterministic)
+    h = layers.encoder_adapter(cfg, "adapter_attn", h, deterministic)
     h = nn.Dropout(cfg.hidden_dropout_prob)(h, deterministic=deterministic)
     return layers.encoder_layer_norm(cfg, "LayerNorm")(h + residual)
 
@@ -242,9 +240,7 @@ class BertOutput(nn.Module):
   def __call__(self, h, residual, deterministic: bool = True):
     cfg = self.config
     h = layers.encoder_dense(cfg, cfg.hidden_size, ("mlp", "embed"), "dense")(h)
-    if cfg.use_adapters:
-      h = Adapter(cfg.hidden_size, cfg.adapter_reduction, cfg.adapter_dropout, dtype=cfg.dtype,
-                  param_dtype=cfg.param_dtype, name="adapter_ffn")(h, deterministic=deterministic)
+    h = layers.encoder_adapter(cfg, "adapter_ffn", h, deterministic)
     h = nn.Dropout(cfg.hidden_dropout_prob)(h, deterministic=deterministic)
     return layers.encoder_layer_norm(cfg, "LayerNorm")(h + residual)
 

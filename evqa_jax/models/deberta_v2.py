@@ -45,7 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from evqa_jax.models import hf_utils, layers
-from evqa_jax.models.layers import ACTIVATIONS, Adapter, VisualProjection
+from evqa_jax.models.layers import ACTIVATIONS, VisualProjection
 
 _POS_ATT_TYPES = ("c2p", "p2c")
 # FrozenBiLM's emd_context_layer (and the original DeBERTa MLM) runs the shared last layer twice.
@@ -472,9 +472,7 @@ class DebertaV2SelfOutput(nn.Module):
     x = _Projection("...nd,ndh->...h", (cfg.num_attention_heads, cfg.head_dim, cfg.hidden_size),
                     ("heads", "kv", "embed"), ("embed",), cfg.initializer_range, cfg.dtype, cfg.param_dtype,
                     name="dense")(context)
-    if cfg.use_adapters:
-      x = Adapter(cfg.hidden_size, cfg.adapter_reduction, cfg.adapter_dropout, dtype=cfg.dtype,
-                  param_dtype=cfg.param_dtype, name="adapter_attn")(x, deterministic=deterministic)
+    x = layers.encoder_adapter(cfg, "adapter_attn", x, deterministic)
     x = nn.Dropout(cfg.hidden_dropout_prob)(x, deterministic=deterministic)
     return _layer_norm(cfg, "LayerNorm")(x + residual)
 
@@ -508,9 +506,7 @@ class DebertaV2Output(nn.Module):
   def __call__(self, x, residual, deterministic=True):
     cfg = self.config
     x = layers.encoder_dense(cfg, cfg.hidden_size, ("mlp", "embed"), "dense")(x)
-    if cfg.use_adapters:
-      x = Adapter(cfg.hidden_size, cfg.adapter_reduction, cfg.adapter_dropout, dtype=cfg.dtype,
-                  param_dtype=cfg.param_dtype, name="adapter_ffn")(x, deterministic=deterministic)
+    x = layers.encoder_adapter(cfg, "adapter_ffn", x, deterministic)
     x = nn.Dropout(cfg.hidden_dropout_prob)(x, deterministic=deterministic)
     return _layer_norm(cfg, "LayerNorm")(x + residual)
 

@@ -115,6 +115,16 @@ class Adapter(nn.Module):
     return x + h
 
 
+def encoder_adapter(cfg, name: str, x, deterministic: bool):
+  """x `[batch, length, hidden]` through the encoder's `Adapter` called `name` when cfg.use_adapters (size, reduction,
+  dropout and dtypes from the BERT / DeBERTa-v2 config), else x unchanged. Both encoders call it after the attention
+  output dense ("adapter_attn") and the FFN output dense ("adapter_ffn"), as FrozenBiLM places its adapters."""
+  if not cfg.use_adapters:
+    return x
+  return Adapter(cfg.hidden_size, cfg.adapter_reduction, cfg.adapter_dropout, dtype=cfg.dtype,
+                 param_dtype=cfg.param_dtype, name=name)(x, deterministic=deterministic)
+
+
 class VisualProjection(nn.Module):
   """Linear(visual_dim -> hidden) on frame features `[batch, frames, visual_dim]` -> `[batch, frames, hidden]`."""
   hidden_size: int

@@ -50,6 +50,12 @@ def canonical_variant(name: str) -> str:
   return _VARIANTS[key]
 
 
+def reads_graph(name: str) -> bool:
+  """Whether variant `name` (`config.verbalizer.variant`: a letter or a name, any case) runs on the answer graphs:
+  every variant but A ("none"), which uses the LM's answer embeddings as they are."""
+  return canonical_variant(name) != "none"
+
+
 def _route_receivers(receivers, num_targets: int, num_nodes: int):
   """Edge receivers and segment count when only nodes [0, num_targets) are computed.
 

@@ -41,7 +41,7 @@ def replica_parallel(config) -> bool:
   so with several hosts the writing spreads over them; in one process that process writes every slice anyway, and each
   slice is a small compiled program per array shape and device: hundreds for a train state on 8 devices, ~25 s of
   the first save of the tiny E-VQA model on a 4 x 2 CPU mesh, for nothing."""
-  value = config.checkpoint.get("replica_parallel")
+  value = config.checkpoint.replica_parallel
   return jax.process_count() > 1 if value is None else bool(value)
 
 

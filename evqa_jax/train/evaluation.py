@@ -42,10 +42,10 @@ def selection(config, task) -> dict | None:
   start-up."""
   if not config.data.eval_splits:
     return None  # nothing is evaluated during training: nothing to select from
-  sc = config.get("select") or {}
-  split = sc.get("split") or config.data.eval_splits[0]
-  metric = sc.get("metric") or task.main_metric
-  mode = sc.get("mode") or "max"
+  sc = config.select
+  split = sc.split or config.data.eval_splits[0]
+  metric = sc.metric or task.main_metric
+  mode = sc.mode
   if split not in config.data.eval_splits:
     raise ValueError(f"config.select.split = {split!r} is not evaluated during training: config.data.eval_splits = "
                      f"{tuple(config.data.eval_splits)}")

@@ -179,5 +179,5 @@ class Model(nn.Module):
 def frame_feature_dim(frame_encoder: str, frame_config: Optional[Any]) -> int:
   """D of the patch features (the visual prefix tokens have 2D)."""
   if frame_encoder == "conv":
-    return int(dict(frame_config or {}).get("dim", frame_encoder_lib.FrameEncoder.dim))
+    return int(frame_encoder_lib.FrameEncoder(**(frame_config or {})).dim)  # the config's, or the field's default
   return int(frame_config.hidden_size)

@@ -19,6 +19,7 @@ from evqa_jax import io as io_lib
 from evqa_jax import pretrained
 from evqa_jax.data import records
 from evqa_jax.data import source as source_lib
+from evqa_jax.models import verbalizer
 
 
 def round_up(n: int, multiple: int) -> int:
@@ -95,7 +96,7 @@ class Input:
     self.answer_index_eval = {a: i for i, a in enumerate(self.answers_eval)}
 
     vc = config.verbalizer
-    self.use_graph = self.head == "open" and vc.variant != "A"
+    self.use_graph = self.head == "open" and verbalizer.reads_graph(vc.variant)
     self.graphs = {}
     if self.use_graph:
       from evqa_jax.graphs import answer_graph

@@ -164,7 +164,7 @@ class Model(nn.Module):
     else:
       nodes = mean_subword_embeddings(word_emb, vocab["node_tokens"], vocab["node_token_mask"])
       answers = None  # the graph's first A nodes are the answers themselves (same sub-word tokens): V = theirs
-    if feature is not None and canonical_variant(self.verbalizer.get("variant", "gat")) in LEARNED_VARIANTS:
+    if feature is not None and canonical_variant(self.verbalizer["variant"]) in LEARNED_VARIANTS:
       feature, nodes = backward_in_order(feature, nodes)
     graph = jraph.GraphsTuple(nodes=nodes, edges=None, globals=None, senders=vocab["senders"],
                               receivers=vocab["receivers"], n_node=vocab["n_node"], n_edge=vocab["n_edge"])

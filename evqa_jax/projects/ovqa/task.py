@@ -29,9 +29,9 @@ def init_from_path(config) -> str:
   value = str(pc.init_from or "").strip()
   if value.lower() == "none":
     return ""
-  if not value and pc.get("init_from_required", False):
+  if not value and pc.init_from_required:
     raise ValueError(
-        f"config.pretrained.init_from is empty, but configs/ovqa_{config.get('dataset', 'msrvtt')}.py (the paper's "
+        f"config.pretrained.init_from is empty, but configs/ovqa_{config.dataset}.py (the paper's "
         "settings) starts from FrozenBiLM's pretrained checkpoint: pass --config.pretrained.init_from=PATH/"
         "frozenbilm.pth, or --config.pretrained.init_from=none to start from plain DeBERTa-v2 instead")
   return value
