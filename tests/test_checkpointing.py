@@ -78,6 +78,24 @@ def test_one_process_saves_without_replica_slices_and_both_kinds_restore_alike(t
       assert restored[key].sharding == value.sharding
 
 
+def test_load_checkpoint_arrays_reads_a_managed_step_without_a_warning(tmp_path, caplog):
+  """launch/evaluate.py reads a checkpoint host-side (load_checkpoint_arrays): the very arrays, and no Orbax
+  "Metadata file does not exist: .../<step>/state/_CHECKPOINT_METADATA" (step metadata is one level up)."""
+  state = _state()
+  mngr = checkpointing.make_checkpoint_manager(str(tmp_path), _config(None))
+  mngr.save(3, args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave({"step": 3})))
+  mngr.wait_until_finished()
+  mngr.close()
+  assert (tmp_path / "checkpoints" / "3" / "_CHECKPOINT_METADATA").exists()
+  caplog.clear()
+  with caplog.at_level(logging.WARNING):
+    step, arrays = checkpointing.load_checkpoint_arrays(str(tmp_path))
+  assert step == 3 and [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+  for key, value in state.items():
+    assert isinstance(arrays[key], np.ndarray)
+    np.testing.assert_array_equal(arrays[key], np.asarray(value))
+
+
 def test_switching_the_array_handler_logs_no_orbax_override_warning(caplog, orbax_default_handler):
   """A one-process run replaces Orbax's default (replica-parallel) jax.Array handler at its first checkpoint manager:
   quietly, where Orbax's public `register_type_handler` would log "Type handler registry type ... overriding" at

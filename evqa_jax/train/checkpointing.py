@@ -9,6 +9,7 @@ import os
 import time
 
 from absl import logging
+from etils import epath
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
@@ -169,8 +170,10 @@ def load_checkpoint_arrays(workdir: str, step: int | None = None) -> tuple[int, 
     raise FileNotFoundError(f"{ckpt_dir} holds no checkpoint")
   step = steps[-1] if step is None else step
   path = os.path.join(ckpt_dir, str(step), "state")
+  # The tree comes from the item's handler: the checkpointer's `metadata` reads a *step* folder's metadata, which the
+  # CheckpointManager wrote one level up (<step>/_CHECKPOINT_METADATA, beside the state/data/meta items), and warned
+  # "Metadata file does not exist" on every evaluation.
+  tree = ocp.PyTreeCheckpointHandler().metadata(epath.Path(path))
+  args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
   with ocp.PyTreeCheckpointer() as ckptr:
-    tree = ckptr.metadata(path)
-    tree = getattr(tree, "item_metadata", tree)
-    args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
     return step, ckptr.restore(path, restore_args=args)
