@@ -108,6 +108,5 @@ def load_encoder_weights(encoder: str, config, path, params):
     return params
   from evqa_jax.models import encoders
   params, report = encoders.load_hf_params(encoder, config, path, params)
-  print(f"Loaded {encoder} weights from {path}: {len(report.loaded)} loaded, {len(report.missing)} from init, "
-        f"{len(report.unused)} checkpoint keys unused", flush=True)
+  print(f"Loaded {encoder} weights from {path}: {report.summary()}", flush=True)
   return params

@@ -312,6 +312,18 @@ class LoadReport:
   def to_dict(self) -> Dict[str, Any]:
     return dataclasses.asdict(self)
 
+  def summary(self) -> str:
+    """One line for the console: how many parameters came from the checkpoint, what the new ones are (our modules
+    the checkpoint does not have, initialised here) and what the unused checkpoint keys are, e.g.
+    `101 loaded; 55 initialised here, not in the checkpoint (48 adapters, 5 MLM head, 2 visual projection); 2 checkpoint
+    keys unused (pooler.*: no pooled output)`."""
+    out = f"{len(self.loaded)} loaded"
+    if self.missing:
+      out += f"; {len(self.missing)} initialised here, not in the checkpoint ({_count_kinds(self.missing, _NEW_KINDS)})"
+    if self.unused:
+      out += f"; {len(self.unused)} checkpoint keys unused ({_unused_groups(self.unused)})"
+    return out
+
   def __str__(self) -> str:
     lines = [f"checkpoint {self.source}: {len(self.loaded)} parameters loaded, "
              f"{len(self.missing)} taken from init, {len(self.unused)} checkpoint keys unused"]
@@ -321,6 +333,51 @@ class LoadReport:
       lines.append("  unused checkpoint keys: " + ", ".join(self.unused))
     lines.extend("  note: " + n for n in self.notes)
     return "\n".join(lines)
+
+
+# What our parameters that a checkpoint lacks are (first match on the path wins); anything else is named by its module.
+_NEW_KINDS = (("adapter", "adapters"), ("visual_proj", "visual projection"), ("cls/", "MLM head"),
+              ("lm_predictions", "MLM head"), ("rel_embeddings", "relative position embeddings"))
+# Why a checkpoint's keys go unused, by their group (`_unused_groups`).
+_UNUSED_REASONS = {"pooler": "no pooled output", "cls.seq_relationship": "no next-sentence head",
+                   "encoder.layer": "layers past num_hidden_layers", "vision_model.post_layernorm": "no pooled output"}
+
+
+def _count_kinds(paths: Sequence[str], kinds) -> str:
+  """"48 adapters, 5 MLM head, 2 visual projection": `paths` counted by the first kind whose marker they contain
+  (else by their first path component), most first."""
+  counts: Dict[str, int] = {}
+  for path in paths:
+    kind = next((name for marker, name in kinds if marker in path), path.split("/")[0])
+    counts[kind] = counts.get(kind, 0) + 1
+  return ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def _unused_groups(keys: Sequence[str]) -> str:
+  """"encoder.layer.2-5.*: layers past num_hidden_layers, pooler.*: no pooled output": checkpoint keys grouped by
+  their prefix up to the first layer index (or their first two components, for a known group such as
+  cls.seq_relationship, else the first), with the indices as a range and the reason where known."""
+  groups: Dict[str, set] = {}
+  for key in keys:
+    parts = key.split(".")
+    index = next((i for i, p in enumerate(parts) if p.isdigit()), None)
+    if index is not None:
+      groups.setdefault(".".join(parts[:index]), set()).add(int(parts[index]))
+    else:
+      two = ".".join(parts[:2])
+      groups.setdefault(two if two in _UNUSED_REASONS else parts[0], set())
+  out = []
+  for prefix, indices in sorted(groups.items()):
+    if indices:
+      lo, hi = min(indices), max(indices)
+      contiguous = len(indices) == hi - lo + 1
+      span = str(lo) if lo == hi else f"{lo}-{hi}" if contiguous else ",".join(map(str, sorted(indices)))
+      name = f"{prefix}.{span}.*"
+    else:
+      name = f"{prefix}.*"
+    reason = _UNUSED_REASONS.get(prefix)
+    out.append(f"{name}: {reason}" if reason else name)
+  return ", ".join(out)
 
 
 def check_shape(our_path: str, keys: Iterable[str], value: np.ndarray, expected_shape, source: str,

@@ -65,5 +65,10 @@ class Task(abc.ABC):
   def evaluate(self, split: str, outputs: dict, out_dir: str) -> dict:
     """Predictions of all valid examples (numpy, ordered by `index`) -> metrics; writes the prediction files."""
 
+  def console_metrics(self) -> tuple:
+    """The metrics (keys of `evaluate`'s result) of the console's eval line; every metric goes to the metrics JSON
+    and TensorBoard."""
+    return (self.main_metric,)
+
   def describe(self) -> str:
     return type(self).__name__

@@ -160,10 +160,10 @@ def _train_and_evaluate(config, workdir: str) -> dict:
       t0 = time.time()
       results = evaluation.evaluate_split(task, steps, state, eval_aux_dev[split], split, config, batch_shard, out_dir)
       if is_main:
-        scalars = {f"{split}/{k}": v for k, v in results.items() if isinstance(v, (int, float))}
-        writer.write_scalars(step, scalars)
+        writer.write_scalars(step, writers_lib.metric_scalars(split, results))
         io_lib.write_json(os.path.join(workdir, "eval", f"{split}_metrics.json"), {"step": step, **results})
-        print(writers_lib.format_metrics(f"eval {split} @ step {step} ({time.time() - t0:.1f}s)", results),
+        print(writers_lib.format_metrics(f"eval {split} @ step {step} ({time.time() - t0:.1f}s)", results,
+                                         task.console_metrics(), os.path.relpath(out_dir, workdir) + "/metrics.json"),
               flush=True)
         last_metrics[split] = results
     update_best(step)
@@ -277,7 +277,8 @@ def evaluate_checkpoint(config, workdir: str, checkpoint: str | None, splits=Non
       out_dir = os.path.join(workdir, "eval", f"{split}_{tag}")
       results[split] = evaluation.evaluate_split(task, steps, state, aux, split, config, batch_shard, out_dir)
       if jax.process_index() == 0:
-        print(writers_lib.format_metrics(f"eval {split} @ {checkpoint or 'zero-shot'} ({tag})", results[split]),
+        print(writers_lib.format_metrics(f"eval {split} @ {checkpoint or 'zero-shot'} ({tag})", results[split],
+                                         task.console_metrics(), os.path.relpath(out_dir, workdir) + "/metrics.json"),
               flush=True)
   out = {"checkpoint": checkpoint or "zero_shot", "step": step, "eval": results}
   if jax.process_index() == 0:

@@ -118,18 +118,32 @@ class SummaryWriter:
     self._closed = True
 
 
-def format_metrics(title: str, metrics: dict, keys=None) -> str:
-  """One line `title: k=v ...` over `keys` (default: every scalar that is not a count)."""
-  if keys is None:
-    keys = [k for k in metrics if not k.startswith("num_")]
-  parts = []
-  for k in keys:
-    v = metrics.get(k)
-    if isinstance(v, (float, np.floating)):
-      parts.append(f"{k}={v:.4g}")
-    elif isinstance(v, (int, np.integer)):
-      parts.append(f"{k}={v}")
-  return f"{title}: " + " ".join(parts)
+# Keys of an evaluator's result that count things (examples, answers, errors) rather than measure: they stay in the
+# metrics JSON, and are neither TensorBoard scalars nor printed on the console.
+COUNT_PREFIXES = ("num_", "format_errors_")
+
+
+def is_metric(key: str, value) -> bool:
+  """Whether `value` under `key` is a metric (a number that is not a count or a flag such as masks_scored)."""
+  if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+    return False
+  return not key.startswith(COUNT_PREFIXES)
+
+
+def metric_scalars(prefix: str, results: dict) -> dict:
+  """{"<prefix>/<key>": value} of the metrics in an evaluator's result (counts and flags left out)."""
+  return {f"{prefix}/{k}": v for k, v in results.items() if is_metric(k, v)}
+
+
+def format_metrics(title: str, metrics: dict, keys=None, more_in: str = "") -> str:
+  """One line `title: k=v ...` over `keys` (default: every metric); with `more_in`, the number of metrics not shown
+  and the file that holds them all: `(+21 more in eval/test_metrics.json)`."""
+  shown = [k for k in (keys if keys is not None else metrics) if is_metric(k, metrics.get(k))]
+  parts = [f"{k}={metrics[k]:.4g}" if isinstance(metrics[k], (float, np.floating)) else f"{k}={metrics[k]}"
+           for k in shown]
+  rest = sum(is_metric(k, v) for k, v in metrics.items()) - len(shown)
+  more = f" (+{rest} more in {more_in})" if more_in and rest > 0 else ""
+  return f"{title}: " + " ".join(parts) + more
 
 
 class Progress:

@@ -93,7 +93,7 @@ class Task(base.Task):
       from evqa_jax.models import clip_vision
       fe = dict(params["frame_encoder"])
       clip, report = clip_vision.load_hf_params(self.model.clip_config, pretrained.resolve(pc.clip_dir), fe["clip"])
-      print(f"Loaded CLIP vision weights: {len(report.loaded)} loaded, {len(report.missing)} from init", flush=True)
+      print(f"Loaded CLIP vision weights from {pc.clip_dir}: {report.summary()}", flush=True)
       fe["clip"] = clip
       params["frame_encoder"] = fe
     return params
@@ -161,6 +161,12 @@ class Task(base.Task):
   # -- evaluation (evaluator.py) --------------------------------------------------------------------------------
   def evaluate(self, split: str, outputs: dict, out_dir: str) -> dict:
     return evaluator.evaluate(self.input, split, outputs, out_dir, self.config.eval)
+
+  def console_metrics(self) -> tuple:
+    gen = ("accuracy", "mIoU", "mIoP", "tIoU@0.5", "tIoP@0.5", "JF") if "gen" in self.modes else ()
+    prefix = "mcq_" if "gen" in self.modes else ""  # evaluator.evaluate's keys when both modes are scored
+    mcq = tuple(prefix + k for k in ("qa", "temporal", "spatial", "pooled")) if "mcq" in self.modes else ()
+    return gen + mcq
 
   def describe(self) -> str:
     mc = self.config.model

@@ -130,6 +130,9 @@ class Task(base.Task):
     answers = self.input.answers_train if split == self.config.data.train_split else self.input.answers_eval
     return evaluator.evaluate(self.input.data_dir, answers, split, outputs, out_dir)
 
+  def console_metrics(self) -> tuple:
+    return ("base", "common", "rare", "unseen", "total", "mAcc", "BNG")  # Table 2's columns and Table 8's BNG
+
   def describe(self) -> str:
     vc, k = self.config.verbalizer, len(self.input.answers_train)
     kind = {"cvqa": f"CVQA (FrozenBiLM's head, top-{k} answers)", "cvqa_mlp": f"CVQA MLP (top-{k} answers)"}.get(
