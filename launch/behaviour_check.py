@@ -96,8 +96,9 @@ def compare(before: str, after: str) -> int:
   bad = 0
   for name in names:
     a, b = os.path.join(before, name), os.path.join(after, name)
-    if not (_path(a).is_dir() and _path(b).is_dir()):
-      print(f"{name}: missing in {'before' if not _path(a).is_dir() else 'after'}")
+    finished = [(_path(d) / "final_metrics.json").is_file() for d in (a, b)]
+    if not all(finished):  # absent, or still training (its final_metrics.json is written last)
+      print(f"{name}: missing in {'before' if not finished[0] else 'after'}")
       bad += 1
       continue
     diffs = list(_diff(_load(a), _load(b)))

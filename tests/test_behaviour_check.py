@@ -45,10 +45,12 @@ def test_a_last_digit_difference_and_a_missing_run_fail(sides):
   a, b = sides
   _run(str(b / "B"), loss=0.5000001)
   _run(str(a / "C"))
+  _run(str(a / "D"))
+  os.makedirs(b / "D")  # still training: no final_metrics.json yet
   rc, out = _compare(a, b)
   assert rc == 1
   assert "B: 1 differences\n    /train_history.jsonl[1]/loss: 0.5 != 0.5000001\n" in out
-  assert "C: missing in after" in out and "eps_0.0: equal" in out
+  assert "C: missing in after" in out and "D: missing in after" in out and "eps_0.0: equal" in out
 
 
 def test_single_runs_and_empty_directories(tmp_path):
