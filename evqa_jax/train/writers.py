@@ -137,7 +137,7 @@ def metric_scalars(prefix: str, results: dict) -> dict:
 
 def format_metrics(title: str, metrics: dict, keys=None, more_in: str = "") -> str:
   """One line `title: k=v ...` over `keys` (default: every metric); with `more_in`, the number of metrics not shown
-  and the file that holds them all: `(+21 more in eval/test_metrics.json)`."""
+  and the file that holds them all: `(+5 more in eval/test_step2/metrics.json)`."""
   shown = [k for k in (keys if keys is not None else metrics) if is_metric(k, metrics.get(k))]
   parts = [f"{k}={metrics[k]:.4g}" if isinstance(metrics[k], (float, np.floating)) else f"{k}={metrics[k]}"
            for k in shown]
