@@ -12,8 +12,8 @@ weights (evqa_jax/train/aot.py; a TPU topology needs libtpu, not a TPU). To the 
 / output / temp / alias bytes, the peak estimate, XLA's FLOPs and bytes accessed, compile seconds) the row adds the
 chip's HBM and whether the peak fits in it, the machine and its load while the row compiled (the table quotes
 compile seconds only from a row whose machine was otherwise idle: `compile_seconds_usable`), and the roofline: step
-time max(FLOPs / peak FLOP/s, bytes / HBM bandwidth) with the chip's published peak (benchmarks/gpu_mfu.py
-PEAK_FLOPS; HBM: aot.CHIP_HBM), and the MFU ceiling it implies (XLA's FLOPs, backward and optimizer included, so it
+time max(FLOPs / peak FLOP/s, bytes / HBM bandwidth) with the chip's published peak (benchmarks/chips.py
+PEAK_FLOPS; HBM: CHIP_HBM, both in benchmarks/chips.py), and the MFU ceiling it implies (XLA's FLOPs, backward and optimizer included, so it
 bounds MFU from above). A row that fails
 to compile is kept, with its error: a failure is a finding. Rows are written to --out as they finish (so a long
 table survives an interruption), each with its exact command and the git commit it compiled: a new row replaces the
@@ -33,7 +33,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import gpu_mfu  # noqa: E402  pylint: disable=wrong-import-position
+import chips  # noqa: E402  pylint: disable=wrong-import-position
 import machine  # noqa: E402  pylint: disable=wrong-import-position
 
 GIB = 2**30
@@ -62,10 +62,9 @@ def run_row(args_text: str, timeout: float) -> dict:
     err = [l for l in proc.stderr.strip().splitlines() if l.strip()]
     row["error"] = err[-1] if err else f"exit status {proc.returncode}"
     return row
-  from evqa_jax.train import aot
   report = json.loads(lines[-1])
   row.update(report)
-  row.update(aot.roofline(report, gpu_mfu.peak_flops(report.get("device_kind", ""))))
+  row.update(chips.roofline(report, chips.peak_flops(report.get("device_kind", ""))))
   return row
 
 
