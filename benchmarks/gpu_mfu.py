@@ -44,6 +44,9 @@ def set_field(config, assignment: str) -> None:
   if last not in node:
     raise SystemExit(f"--set {assignment!r}: the config has no field {key!r}")
   node[last] = value
+
+
+def main():
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--tiny", action="store_true", help="toy sizes of the same architecture (CPU)")
   parser.add_argument("--batch", type=int, default=None, help="global batch (default: 32, the paper's; tiny: 4)")
