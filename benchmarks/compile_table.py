@@ -4,18 +4,19 @@
         "--config=configs/ovqa_msrvtt.py:scale,shapes_only,bf16 --config.model.remat=full \\
          --mesh=4x1 --topology=v5e:2x2" \\
         "--config=configs/violin.py:small --mesh=2x2 --topology=v5e:2x2"
-    python benchmarks/compile_table.py --markdown docs/benchmarks/compile_table.jsonl   # the README table
+    python benchmarks/compile_table.py --markdown docs/benchmarks/compile_table.jsonl   # the table
+    python benchmarks/compile_table.py --summary docs/benchmarks/compile_table.jsonl    # best OVQA row per slice
 
 Each row is the arguments of one `launch/aot_check.py` run (config, `--config.` overrides, mesh, topology), run in
 its own process, one at a time: the trainer's own train step, lowered and compiled with no data batches and no
 weights (evqa_jax/train/aot.py; a TPU topology needs libtpu, not a TPU). To the check's report (per device: argument
 / output / temp / alias bytes, the peak estimate, XLA's FLOPs and bytes accessed, compile seconds) the row adds the
 chip's HBM and whether the peak fits in it, the machine and its load while the row compiled (the table quotes
-compile seconds only from a row whose machine was otherwise idle: `compile_seconds_usable`), and the roofline: step
-time max(FLOPs / peak FLOP/s, bytes / HBM bandwidth) with the chip's published peak (benchmarks/chips.py
-PEAK_FLOPS; HBM: CHIP_HBM, both in benchmarks/chips.py), and the MFU ceiling it implies (XLA's FLOPs, backward and optimizer included, so it
-bounds MFU from above). A row that fails
-to compile is kept, with its error: a failure is a finding. Rows are written to --out as they finish (so a long
+compile seconds only from a row whose machine was otherwise idle: `compile_seconds_usable`), and the roofline
+(benchmarks/chips.py: the chip's published peak FLOP/s and HBM): step time max(FLOPs / peak FLOP/s, bytes / HBM
+bandwidth), the MFU ceiling it implies (XLA's FLOPs, backward, recomputation and optimizer included, so it bounds
+MFU from above) and examples/s at that step time. A row that fails to compile is kept, with its error: a failure
+is a finding. Rows are written to --out as they finish (so a long
 table survives an interruption), each with its exact command and the git commit it compiled: a new row replaces the
 row of the same command in place (the table holds each command's latest compile), others are appended; the file is
 rewritten through a temporary file and a rename, never left half-written.

@@ -5,7 +5,8 @@ grouped by the JAX operation it came from; one JSON line (and a Markdown table w
         --config.model.remat=full --config.pretrained.shape.num_hidden_layers=2 --mesh=8x1 --topology=v5e:2x4
 
 What compiles is the trainer's own step (evqa_jax.train.aot.lower_train_step, as launch/aot_check.py). Bytes of an
-instruction = its operands' bytes + its result's bytes, as XLA's cost analysis charges a fusion; instructions
+instruction = its operands' bytes + its result's bytes, as XLA's cost analysis charges a fusion (an async
+copy or slice: the bytes it moves, once for the start/done pair); instructions
 inside a while loop's body are counted once per static trip count when XLA states it (`known_trip_count`), else
 once. FLOPs are counted for dots and convolutions (2 x result elements x contracted size), in fusions too. Groups:
 the instruction's opcode (a fusion by its kind) and the `op_name` metadata's innermost named JAX scope (e.g.
@@ -162,7 +163,12 @@ def breakdown(text: str) -> dict:
         continue
       if op in _FREE:
         continue
-      b = (shape_bytes(ins["result"]) + sum(shape_bytes(types.get(o, "")) for o in ins["operands"])) * times
+      read = sum(shape_bytes(types.get(o, "")) for o in ins["operands"])
+      if op.endswith("-done"):  # the async pair's transfer is charged once, to its start
+        continue
+      # An async start's result tuple repeats its operand beside the destination: charge the destination's bytes
+      # (what is moved: a slice-start reads only its slice).
+      b = (shape_bytes(ins["result"]) - read if op.endswith("-start") else shape_bytes(ins["result"]) + read) * times
       if op == "fusion":
         f = sum(_fusion_flops(comps, c, types) for c in ins["calls"]) * times
         key = f"fusion:{ins['kind']}"
