@@ -71,6 +71,10 @@ def base_config() -> ml_collections.ConfigDict:
   # Storage dtype of the frozen parameters (float32 | bfloat16): bf16 halves the HBM of a frozen LM; trainable
   # parameters and optimiser state stay float32, and the compute dtype is config.model.dtype.
   c.frozen_param_dtype = "float32"
+  # True: the frozen parameters are also split over the 'data' mesh axis (FSDP-style storage, each 2-d or larger
+  # array along its largest dimension the axis divides) instead of replicated on every data shard; XLA gathers each
+  # weight where it is used. Same values; less HBM per device, more collectives (docs/accelerators.md).
+  c.frozen_fsdp = False
 
   # Mesh and sharding: data parallel over 'data', tensor/graph parallel over 'model'.
   c.mesh_shape = (-1, 1)

@@ -49,7 +49,11 @@ def ovqa_config(dataset: str, arg, cvqa_topk: int) -> ml_collections.ConfigDict:
       encoder="deberta_v2", head="open",
       use_adapters=True, adapter_reduction=8, dropout=0.1, dtype="float32",
       # Memory levers: per-encoder-layer jax.checkpoint policy (none | full | dots_saveable).
-      remat="none"))
+      remat="none",
+      # DeBERTa-v2's relative attention: "scores" gathers the c2p / p2c scores by the Toeplitz index, "rows" gathers
+      # the projected relative rows and scores them by one matmul (same values; no activation-sized gather:
+      # faster on TPUs by the compile table, docs/accelerators.md).
+      relative_gather="scores"))
 
   c.pretrained = ml_collections.ConfigDict(dict(
       dir="~/models/deberta-v2-xlarge",  # local Hugging Face checkpoint directory

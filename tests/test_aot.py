@@ -9,9 +9,12 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.join(REPO, "benchmarks"))
 
 from configs import violin  # noqa: E402
 from evqa_jax.train import aot  # noqa: E402
+import chips  # noqa: E402  pylint: disable=wrong-import-position
+import verbalizer_memory  # noqa: E402  pylint: disable=wrong-import-position
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -32,7 +35,7 @@ def test_topologies_give_one_device_per_chip():
     devices = aot.topology_devices(topology)
     assert len(devices) == 8 and {d.device_kind for d in devices} == {kind}, topology
     assert len({tuple(d.coords) for d in devices}) == 8, topology  # one device per chip
-    assert kind in aot.CHIP_HBM
+    assert kind in chips.CHIP_HBM
 
 
 def test_tiny_violin_train_step_compiles_for_v5e_2x2(monkeypatch):
@@ -67,15 +70,15 @@ def test_roofline_of_a_report_hand_computed():
   """Fit and roofline of a compile report against a v5e chip (16 GiB, 819 GB/s; 197 TFLOP/s bf16 passed in)."""
   report = {"device_kind": "TPU v5 lite", "peak_estimate_bytes": 17 * 2**30, "flops": 0.5 * 197e12,
             "bytes_accessed": 1.0 * 819e9}
-  r = aot.roofline(report, 197e12)
+  r = chips.roofline(report, 197e12)
   assert (r["hbm_bytes"], r["fits"]) == (16 * 2**30, False)
   # compute 0.5 s < memory 1.0 s: memory bound, and at best half the peak.
   assert r["roofline_bound"] == "memory" and r["roofline_step_s"] == pytest.approx(1.0)
   assert r["mfu_ceiling"] == pytest.approx(0.5)
-  r = aot.roofline(dict(report, peak_estimate_bytes=16 * 2**30, bytes_accessed=0.25 * 819e9), 197e12)
+  r = chips.roofline(dict(report, peak_estimate_bytes=16 * 2**30, bytes_accessed=0.25 * 819e9), 197e12)
   assert r["fits"] and r["roofline_bound"] == "compute" and r["mfu_ceiling"] == pytest.approx(1.0)
   assert r["roofline_step_s"] == pytest.approx(0.5)
-  assert aot.roofline({"device_kind": "cpu", "flops": 1e9}, None) == {}  # unknown chip, no peak: nothing invented
+  assert chips.roofline({"device_kind": "cpu", "flops": 1e9}, None) == {}  # unknown chip, no peak: nothing invented
 
 
 def test_verbalizer_path_memory_on_v5e_is_its_design_bound():
@@ -117,7 +120,7 @@ def test_verbalizer_step_takes_only_the_word_table_of_the_frozen_lm(monkeypatch)
   the gradient is for the verbalizer's parameters alone."""
   import mesh_equivalence  # pylint: disable=g-import-not-at-top
   config = mesh_equivalence.config_in_repo("ovqa", monkeypatch)
-  lowered, report = aot.lower_verbalizer_step(config, (4, 2))
+  lowered, report = verbalizer_memory.lower_verbalizer_step(config, (4, 2))
   assert report["mesh"] == {"data": 4, "model": 2} and report["verbalizer"]["variant"] == config.verbalizer.variant
   (verbalizer, frozen, aux, feature, labels), _ = lowered.args_info
   shape = config.pretrained.shape

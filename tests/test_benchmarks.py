@@ -143,13 +143,33 @@ def test_compile_table_quotes_compile_seconds_only_from_an_idle_machine():
   row = {"command": "python launch/aot_check.py --mesh=4x1", "device_kind": "TPU v5 lite", "devices": 4,
          "mesh": {"data": 4, "model": 1}, "argument_size_in_bytes": 2**30, "temp_size_in_bytes": 2**31,
          "peak_estimate_bytes": 3 * 2**30, "hbm_bytes": 16 * 2**30, "fits": True, "flops": 1.5e12,
-         "compile_seconds": 123.4, "roofline_step_s": 0.5, "roofline_bound": "memory", "mfu_ceiling": 0.1}
+         "bytes_accessed": 0.5 * 819e9, "compile_seconds": 123.4, "global_batch_size": 4}
   busy, idle = (compile_table.markdown([dict(row, compile_seconds_usable=u)]).splitlines()[-1] for u in (False, True))
+  # The roofline columns come from the row's counts (benchmarks/chips.py): 1.5e12 / 197e12 = 7.61 ms of compute
+  # against 0.5 s of HBM traffic at 819 GB/s: memory-bound, MFU ceiling 0.0152, 4 examples / 0.5 s.
   assert busy.split(" | ")[1:] == ["TPU v5 lite x 4", "4 x 1", "1.00", "2.00", "3.00 / 16", "yes", "1.5e+12", "–",
-                                   "0.5 (memory)", "0.10 |"]
+                                   "0.5 (memory)", "0.02", "8 |"]
   assert idle.split(" | ")[8] == "123.4"
   # Rows written before the load was recorded have no verdict: not quoted either.
   assert compile_table.markdown([row]).splitlines()[-1].split(" | ")[8] == "–"
+
+
+def test_compile_table_summary_picks_the_fastest_fitting_paper_row_and_its_time_to_train():
+  """Per slice the fitting OVQA paper-config row with the most roofline examples/s (a row that does not fit, a
+  reduced-depth row and another task are passed over); time to train = train-set size x 20 epochs / examples/s."""
+  import compile_table  # pylint: disable=g-import-not-at-top
+  base = {"task": "ovqa", "device_kind": "TPU v5 lite", "devices": 8, "hbm_bytes": 16 * 2**30,
+          "peak_estimate_bytes": 8 * 2**30, "global_batch_size": 64, "flops": 197e12 * 0.1, "bytes_accessed": 0.0}
+  rows = [dict(base, command="slow", flops=197e12 * 0.2),                       # 0.2 s: 320 examples/s
+          dict(base, command="fast"),                                           # 0.1 s: 640 examples/s
+          dict(base, command="too big", peak_estimate_bytes=17 * 2**30, flops=197e12 * 0.01),
+          dict(base, command="x --config.pretrained.shape.num_hidden_layers=2", flops=197e12 * 0.01),
+          dict(base, command="violin", task="violin", flops=197e12 * 0.01)]
+  table = compile_table.summary(rows).splitlines()
+  assert len(table) == 4 and table[2].startswith("| TPU v5 lite x 8 | `fast` | 8 | 8.00 / 16 | 0.1 | 1.00 | 640 |")
+  hours = [float(c.split()[0]) for c in table[2].strip(" |").split(" | ")[-4:]]
+  assert hours == [round(n * 20 / 640 / 3600, 2) for n in (159_000, 32_000, 32_000, 39_000)]  # 1.38 h for MSRVTT-QA
+  assert table[3].startswith("| authors | 4 GPUs x batch 8")
 
 
 def test_compile_table_row_replaces_the_same_command(tmp_path):
@@ -216,3 +236,71 @@ def test_ovqa_vs_torch_runs_end_to_end(tmp_path):
     assert {"load1_before", "load1_after", "foreign_cores", "own_cores", "wall_s"} <= set(b)
   if not result["usable"]:
     assert result["load"]["reasons"] and "UNUSABLE" in proc.stderr
+
+
+def test_gpu_mfu_runs_the_paper_architecture_at_toy_size_on_cpu():
+  """benchmarks/gpu_mfu.py --tiny (the OVQA paper's architecture at toy size, the trainer's own step) on CPU with a
+  given peak: one JSON line whose MFU is XLA's FLOPs per step / step time / peak, with the levers set by --set; the
+  FLOPs cover at least the frozen LM's forward and input-gradient matmuls (2 layers, 4 x (10 + 32) tokens)."""
+  out = subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", "gpu_mfu.py"), "--tiny", "--steps", "1",
+                        "--peak_flops", "1e12", "--set", "model.relative_gather=rows", "--set",
+                        "frozen_param_dtype=bfloat16"],
+                       cwd=REPO, capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, PYTHONPATH=REPO, JAX_PLATFORMS="cpu", XLA_FLAGS=""))
+  assert out.returncode == 0, out.stderr[-2000:]
+  r = json.loads([l for l in out.stdout.splitlines() if l.startswith("{")][-1])
+  assert r["shapes"] == "tiny" and r["batch_size"] == 4 and r["peak_flops_per_device"] == 1e12
+  assert r["settings"] == ["model.relative_gather=rows", "frozen_param_dtype=bfloat16"]
+  assert r["mfu"] == round(r["flops_per_step"] / r["step_s"] / 1e12, 4)
+  layer_weights = 4 * 64 * 64 + 2 * 64 * 128  # q, k, v, o and the two FFN matrices of one layer
+  assert r["flops_per_step"] > 2 * (2 * layer_weights * 2 * 4 * (10 + 32))
+  import gpu_mfu  # pylint: disable=g-import-not-at-top
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  config = ml_collections.ConfigDict({"model": {"remat": "none"}, "batch_size": 32})
+  gpu_mfu.set_field(config, "model.remat=full")
+  gpu_mfu.set_field(config, "batch_size=128")
+  assert (config.model.remat, config.batch_size) == ("full", 128)
+  with pytest.raises(SystemExit, match="the config has no field 'model.no_such_field'"):
+    gpu_mfu.set_field(config, "model.no_such_field=1")
+
+
+_HLO = """HloModule jit_step, entry_computation_layout={(bf16[4,8]{1,0})->f32[4,16]{1,0}}
+
+%fused_computation.1 (param_0.1: bf16[4,8], param_1.1: bf16[8,16]) -> f32[4,16] {
+  %param_0.1 = bf16[4,8]{1,0} parameter(0)
+  %param_1.1 = bf16[8,16]{1,0} parameter(1)
+  %convolution.1 = f32[4,16]{1,0} convolution(%param_0.1, %param_1.1), window={size=1}, dim_labels=bf_io->bf
+}
+
+%body.1 (p.1: (s32[], f32[4,16])) -> (s32[], f32[4,16]) {
+  %p.1 = (s32[], f32[4,16]{1,0}) parameter(0)
+  %gte.1 = f32[4,16]{1,0} get-tuple-element(%p.1), index=1
+  %add.1 = f32[4,16]{1,0} add(%gte.1, %gte.1), metadata={op_name="jit(train_step)/transpose(jvp(Model))/lm/deberta/encoder/layer_3/attention/self/add"}
+}
+
+ENTRY %main.1 (param.1: bf16[4,8], param.2: bf16[8,16]) -> f32[4,16] {
+  %param.1 = bf16[4,8]{1,0} parameter(0)
+  %param.2 = bf16[8,16]{1,0} parameter(1)
+  %fusion.1 = f32[4,16]{1,0:T(8,128)} fusion(%param.1, %param.2), kind=kOutput, calls=%fused_computation.1, metadata={op_name="jit(train_step)/jvp(Model)/Model.mask_feature/lm/deberta/encoder/layer_0/intermediate/dense/dot_general"}
+  %tuple.1 = (s32[], f32[4,16]{1,0}) tuple(%param.1, %fusion.1)
+  %while.1 = (s32[], f32[4,16]{1,0}) while(%tuple.1), condition=%cond.1, body=%body.1, backend_config={"known_trip_count":{"n":"3"}}
+  ROOT %copy.1 = f32[4,16]{1,0} copy(%fusion.1)
+}
+"""
+
+
+def test_step_breakdown_charges_bytes_and_dot_flops_to_scopes():
+  """benchmarks/step_breakdown.py on a hand-written optimized-HLO module: a fusion is charged its operands' and
+  result's bytes and its convolution's 2 x 4 x 16 x 8 FLOPs; a while body's add is charged 3 times (its known trip
+  count) to the backward of the layers' attention (layer number folded); parameters and tuples cost nothing."""
+  import step_breakdown  # pylint: disable=g-import-not-at-top
+  r = step_breakdown.breakdown(_HLO)
+  fusion = 4 * 8 * 2 + 8 * 16 * 2 + 4 * 16 * 4  # two bf16 operands, an f32 result
+  add = 3 * (3 * 4 * 16 * 4)
+  copy = 2 * 4 * 16 * 4
+  assert r["parsed_bytes"] == fusion + add + copy
+  assert r["parsed_dot_flops"] == 2 * 4 * 16 * 8
+  scopes = dict(r["bytes_by_scope"])
+  assert scopes["encoder/layer_*/intermediate/dense"] == fusion
+  assert scopes["bwd:encoder/layer_*/attention/self"] == add
+  assert dict(r["bytes_by_opcode"]) == {"fusion:kOutput": fusion, "add": add, "copy": copy}

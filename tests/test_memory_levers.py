@@ -141,3 +141,47 @@ def test_bf16_frozen_storage_keeps_trainable_float32(monkeypatch):
     losses[dtype] = float(jax.jit(lambda p, b: task.loss(p, b, {}, jax.random.key(0), train=False)[0])(params, batch))
   assert losses["bfloat16"] != losses["float32"]
   np.testing.assert_allclose(losses["bfloat16"], losses["float32"], rtol=2e-2)
+
+
+def test_fsdp_sharding_picks_the_largest_free_dimension_the_data_axis_divides():
+  mesh = sharding.make_mesh((4, 2), ("data", "model"), devices=jax.devices()[:8])
+  P = jax.sharding.PartitionSpec
+  named = lambda *spec: jax.sharding.NamedSharding(mesh, P(*spec))  # noqa: E731
+  assert sharding.fsdp_sharding(named(None, "model"), (1536, 6144)).spec == P("data", "model")
+  assert sharding.fsdp_sharding(named(None, None), (1536, 6144)).spec == P(None, "data")
+  assert sharding.fsdp_sharding(named("model", None), (30522, 32)).spec == P("model", "data")
+  assert sharding.fsdp_sharding(named(None, None), (30, 6)).spec == P(None, None)  # 4 divides neither
+  assert sharding.fsdp_sharding(named(None), (1536,)).spec == P(None)  # 1-d (bias, LayerNorm): unchanged
+  assert sharding.fsdp_sharding(named("data", None), (8, 8)).spec == P("data", None)  # already split over data
+
+
+def test_frozen_fsdp_stores_a_quarter_per_device_and_trains_alike(monkeypatch):
+  """config.frozen_fsdp on a 4 x 2 mesh (OVQA test config): every frozen matrix is split over the 4 data shards
+  (each device holds a quarter of what the replicated layout holds), trainable parameters keep their layout, and two
+  train steps from the same state give the replicated layout's losses (1e-5) and leave the frozen values alone."""
+  sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+  import mesh_equivalence  # pylint: disable=g-import-not-at-top
+  config = mesh_equivalence.config_in_repo("ovqa", monkeypatch)
+  plain = mesh_equivalence.train(config, (4, 2))
+  config.frozen_fsdp = True
+  fsdp = mesh_equivalence.train(config, (4, 2), initial=plain.initial)
+  np.testing.assert_allclose(fsdp.losses, plain.losses, rtol=1e-6, atol=1e-5)
+  for k, v in traverse_util.flatten_dict(plain.initial["frozen"]).items():
+    np.testing.assert_array_equal(traverse_util.flatten_dict(fsdp.frozen_after)[k], v)
+
+  from evqa_jax import projects  # pylint: disable=g-import-not-at-top
+  mesh = sharding.make_mesh((4, 2), config.mesh_axes, jax.devices()[:8])
+  tx, _ = partition.make_optimizer(config.optim, 10)
+  task = projects.build_task(config)
+  states = {}
+  for flag in (False, True):
+    config.frozen_fsdp = flag
+    states[flag] = steps.abstract_train_state(task, config, mesh, tx)
+  shard_bytes = lambda x: np.prod(x.sharding.shard_shape(x.shape)) * x.dtype.itemsize  # noqa: E731
+  for (path, a), b in zip(traverse_util.flatten_dict(states[False]["frozen"]).items(),
+                          traverse_util.flatten_dict(states[True]["frozen"]).values()):
+    if a.ndim >= 2:
+      assert "data" in jax.tree.leaves(tuple(b.sharding.spec)), path
+      assert shard_bytes(b) * 4 == shard_bytes(a), path
+  assert jax.tree.map(lambda x: x.sharding.spec, states[True]["trainable"]) == \
+      jax.tree.map(lambda x: x.sharding.spec, states[False]["trainable"])

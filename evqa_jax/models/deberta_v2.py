@@ -9,7 +9,8 @@ mask decoder (EMD):
   0, 2 span - 1) and Kr/Qr the relative embeddings (LayerNorm'ed when norm_rel_ebd has "layer_norm") projected by
   the key/query projections (share_att_key) or by pos_key_proj/pos_query_proj. Relative-position gathers are
   from a [query, key] index table built once per sequence length (`toeplitz_gather`, scatter-free in the backward,
-  when queries and keys are the same positions; `take_along_axis` for the EMD's query rows); only the relative rows
+  when queries and keys are the same positions, or with relative_gather="rows" `toeplitz_scores`, which gathers
+  the projected relative rows instead of the scores; `take_along_axis` for the EMD's query rows); only the relative rows
   that table reaches are projected (a sequence shorter than the span uses fewer than 2 span rows).
 - Masked attention scores are filled with the dtype minimum before the softmax (as transformers 5.24; a padded query
   row therefore attends uniformly, which only changes padded positions, never valid ones).
@@ -50,6 +51,7 @@ from evqa_jax.models.layers import ACTIVATIONS, VisualProjection
 _POS_ATT_TYPES = ("c2p", "p2c")
 # FrozenBiLM's emd_context_layer (and the original DeBERTa MLM) runs the shared last layer twice.
 _EMD_STEPS = 2
+RELATIVE_GATHERS = ("scores", "rows")
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 
 
@@ -101,9 +103,16 @@ class DebertaV2Config:
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
   remat: str = "none"  # per-layer jax.checkpoint policy: none | full | dots_saveable (layers.REMAT_POLICIES)
+  # Where the full-sequence relative attention gathers by the Toeplitz index: "scores" (`toeplitz_gather` of the
+  # [b, heads, S, rows] c2p / p2c scores) or "rows" (`toeplitz_scores`: of the projected relative rows, a weight-sized
+  # gather, then one matmul and a skew). Same values; "rows" keeps activation-sized gathers out of every layer.
+  relative_gather: str = "scores"
 
   def __post_init__(self):
     layers.check_remat(self.remat)
+    if self.relative_gather not in RELATIVE_GATHERS:
+      raise ValueError(f"DebertaV2Config.relative_gather = {self.relative_gather!r}: expected one of "
+                       f"{RELATIVE_GATHERS}")
     pos = self.pos_att_type
     if pos is None:
       pos = ()
@@ -320,12 +329,36 @@ def toeplitz_gather(x, diag: Tuple[int, ...]):
   length = x.shape[-2]
   if len(diag) != 2 * length - 1:
     raise ValueError(f"toeplitz_gather: diag has {len(diag)} values, {2 * length - 1} needed for length {length}")
-  e = _gather_along_last(x, tuple(diag[::-1]), x.shape[-1])
+  return _skew(_gather_along_last(x, tuple(diag[::-1]), x.shape[-1]))
+
+
+def _skew(e):
+  """e [..., L, 2L - 1] with E[i, m] the value of offset i - j = L - 1 - m -> [..., L, L], out[i, j] =
+  E[i, j + L - 1 - i]: E flattened, read from (L - 1) + i (2L - 2) + j by a slice and reshapes (no gather)."""
+  length = e.shape[-2]
   if length == 1:
     return e
   flat = e.reshape(*e.shape[:-2], length * (2 * length - 1))
   flat = flat[..., length - 1:length - 1 + length * (2 * length - 2)]
   return flat.reshape(*e.shape[:-2], length, 2 * length - 2)[..., :length]
+
+
+def toeplitz_scores(x, rel, diag: Tuple[int, ...]):
+  """`toeplitz_gather(einsum("bind,rnd->bnir", x, rel), diag)` without a gather of the scores: the relative rows
+  are gathered instead (`rel[diag]`, [2L - 1, n, d], the size of a weight), scored by one matmul and skewed.
+
+  x [b, L, n, d] (queries for c2p, keys for p2c), rel [R, n, d] the projected relative embeddings, diag the static
+  Toeplitz diagonal of 2L - 1 rows of `rel` -> [b, n, L, L], out[b, n, i, j] = x[b, i, n] . rel[diag[i - j + L - 1],
+  n]. Each value is the same dot product as the gather version's (equal in float32 up to the matmul's summation
+  order). Why: an activation-sized gather ([b, n, L, R] -> [b, n, L, 2L - 1] per term and layer) is slow on TPUs
+  and counts twice in the bytes the step moves; the matmul costs (2L - 1) / R times the scores' FLOPs instead
+  (531 / 391 at 266 tokens), and the rows' gather has the segment-sum backward of `_gather_along_last`.
+  """
+  length = x.shape[-3]
+  if len(diag) != 2 * length - 1:
+    raise ValueError(f"toeplitz_scores: diag has {len(diag)} values, {2 * length - 1} needed for length {length}")
+  rows = _gather_along_last(jnp.moveaxis(rel, 0, -1), tuple(diag[::-1]), rel.shape[0])  # [n, d, 2L - 1]
+  return _skew(jnp.einsum("bind,ndm->bnim", x, rows))
 
 
 # ----------------------------------------------------------------------------------------------- modules
@@ -442,13 +475,18 @@ class DisentangledSelfAttention(nn.Module):
       else:
         pos_key_proj = proj("pos_key_proj") if "c2p" in cfg.pos_att_type else None
         pos_query_proj = proj("pos_query_proj") if "p2c" in cfg.pos_att_type else None
-      if "c2p" in cfg.pos_att_type:
+      by_rows = rel_diag is not None and cfg.relative_gather == "rows"
+      if "c2p" in cfg.pos_att_type and by_rows:
+        scores = scores + toeplitz_scores(q, pos_key_proj(rel), rel_diag)
+      elif "c2p" in cfg.pos_att_type:
         c2p = jnp.einsum("bqnd,rnd->bnqr", q, pos_key_proj(rel))
         if rel_diag is not None:
           scores = scores + toeplitz_gather(c2p, rel_diag)
         else:
           scores = scores + jnp.take_along_axis(c2p, rel_index[:, None], axis=-1)
-      if "p2c" in cfg.pos_att_type:
+      if "p2c" in cfg.pos_att_type and by_rows:
+        scores = scores + jnp.swapaxes(toeplitz_scores(k, pos_query_proj(rel), rel_diag[::-1]), -1, -2)
+      elif "p2c" in cfg.pos_att_type:
         p2c = jnp.einsum("bknd,rnd->bnkr", k, pos_query_proj(rel))
         if rel_diag is not None:  # p2c[j, i] = p2c[j, idx(i, j)]: Toeplitz in j - i with the diagonal reversed
           p2c = toeplitz_gather(p2c, rel_diag[::-1])

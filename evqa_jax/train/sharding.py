@@ -76,6 +76,23 @@ def tree_shardings(abstract_boxed_tree, mesh: Mesh, rules):
                       is_leaf=lambda x: isinstance(x, NamedSharding))
 
 
+def fsdp_sharding(named: NamedSharding, shape: Sequence[int], axis: str = "data") -> NamedSharding:
+  """`named` with mesh `axis` added to the largest dimension of `shape` that no mesh axis splits yet and that `axis`
+  divides (FSDP / ZeRO-3 storage: each device holds 1 / |axis| of the array, and XLA all-gathers it where it is
+  used). Arrays of fewer than 2 dimensions, arrays already split over `axis`, and arrays with no such dimension
+  are returned unchanged (a bias or a LayerNorm scale is not worth a collective)."""
+  size = named.mesh.shape.get(axis, 1)
+  spec = list(named.spec) + [None] * (len(shape) - len(named.spec))
+  used = {a for axes in spec if axes is not None for a in ((axes,) if isinstance(axes, str) else axes)}
+  if size <= 1 or len(shape) < 2 or axis in used:
+    return named
+  free = [i for i in range(len(shape)) if spec[i] is None and shape[i] % size == 0]
+  if not free:
+    return named
+  spec[max(free, key=lambda i: (shape[i], -i))] = axis
+  return NamedSharding(named.mesh, P(*spec), memory_kind=named.memory_kind)
+
+
 def batch_sharding(mesh: Mesh, rules) -> NamedSharding:
   """Sharding of the leading (batch) axis of every input array."""
   return logical_sharding(P("batch"), mesh, rules)

@@ -89,7 +89,7 @@ def create_state(task, config, mesh, tx):
   rng = jax.random.key(config.seed)
   with nn.logical_axis_rules(rules):
     abstract = jax.eval_shape(task.init_params, rng)
-    param_shardings = sharding.tree_shardings(abstract, mesh, rules)
+    param_shardings = frozen_fsdp(sharding.tree_shardings(abstract, mesh, rules), abstract, task, config)
     params = jax.jit(lambda r: nn.meta.unbox(task.init_params(r)), out_shardings=param_shardings)(rng)
   trainable, frozen = partition.split_params(params, task.trainable_patterns)
   frozen = frozen_storage(frozen, config)
@@ -98,6 +98,20 @@ def create_state(task, config, mesh, tx):
   state = {"step": step,
            "trainable": trainable, "frozen": frozen, "opt_state": opt_state}
   return state, jax.tree.map(lambda x: x.sharding, state)
+
+
+def frozen_fsdp(param_shardings, abstract, task, config):
+  """`param_shardings` with the frozen parameters' also split over the data axis when `config.frozen_fsdp`
+  (`sharding.fsdp_sharding`): a frozen LM held once per data shard instead of once per device. The values and the
+  step's results are the same; XLA gathers each weight where a layer uses it."""
+  if not config.frozen_fsdp:
+    return param_shardings
+  shapes = jax.tree.map(lambda x: x.shape, nn.meta.unbox(abstract))
+  trainable, frozen = partition.split_params(param_shardings, task.trainable_patterns)
+  _, frozen_shapes = partition.split_params(shapes, task.trainable_patterns)
+  frozen = jax.tree.map(lambda s, shape: sharding.fsdp_sharding(s, shape, "data"), frozen, frozen_shapes,
+                        is_leaf=lambda x: isinstance(x, jax.sharding.NamedSharding))
+  return partition.merge_params(trainable, frozen)
 
 
 def frozen_storage(frozen, config):
@@ -166,7 +180,7 @@ def abstract_train_state(task, config, mesh, tx):
   rules = sharding.rules_tuple(config.logical_axis_rules)
   with nn.logical_axis_rules(rules):
     boxed = jax.eval_shape(task.init_params, jax.random.key(config.seed))
-    param_shardings = sharding.tree_shardings(boxed, mesh, rules)
+    param_shardings = frozen_fsdp(sharding.tree_shardings(boxed, mesh, rules), boxed, task, config)
   params = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
                         nn.meta.unbox(boxed), param_shardings)
   trainable, frozen = partition.split_params(params, task.trainable_patterns)

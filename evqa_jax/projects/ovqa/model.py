@@ -95,6 +95,8 @@ class Model(nn.Module):
     head: "open", "cvqa" (FrozenBiLM's head over the top-k answers) or "cvqa_mlp" (an MLP over them).
     use_adapters, adapter_reduction: adapters (hidden / reduction wide) in every LM layer.
     remat: per-LM-layer jax.checkpoint policy (none | full | dots_saveable), a memory lever.
+    relative_gather: DeBERTa-v2's relative-attention gather, "scores" or "rows" (DebertaV2Config.relative_gather;
+      same values, "rows" has no activation-sized gather: an accelerator lever).
     dropout: LM and adapter dropout (None: the checkpoint's).
     dtype: compute dtype name ("float32", "bfloat16").
     encoder_config: the checkpoint's encoder architecture with the visual prefix (num_visual_tokens, visual_dim);
@@ -111,6 +113,7 @@ class Model(nn.Module):
   dropout: Optional[float] = 0.1
   dtype: str = "float32"
   remat: str = "none"
+  relative_gather: str = "scores"
   encoder_config: Any = None
   num_classes: int = 0
   verbalizer: Optional[dict] = None
@@ -121,6 +124,11 @@ class Model(nn.Module):
     """`encoder_config` with this model's adapter, dropout and dtype settings."""
     overrides = pretrained.lm_overrides(self.use_adapters, self.adapter_reduction, self.dropout, self.dtype,
                                         self.remat)
+    if self.encoder == "deberta_v2":
+      overrides["relative_gather"] = self.relative_gather
+    elif self.relative_gather != "scores":
+      raise ValueError(f"config.model.relative_gather = {self.relative_gather!r} is a DeBERTa-v2 setting; "
+                       f"config.model.encoder is {self.encoder!r}")
     return dataclasses.replace(self.encoder_config, **overrides)
 
   def setup(self):
