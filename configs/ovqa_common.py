@@ -84,8 +84,8 @@ def ovqa_config(dataset: str, arg, cvqa_topk: int) -> ml_collections.ConfigDict:
   if "cvqa_mlp" in variants:  # an extra closed-vocabulary baseline: an MLP classifier over the same answers
     c.model.head = "cvqa_mlp"
     c.verbalizer.variant = "A"
-  # Two published truths (docs/ovqa.md). `paper` (the default, named for clarity; a no-op): one eps for every
-  # answer, one lr schedule for every trainable parameter. `released` (alias `authors_eps`), mlvlab/OVQA as released: dataset.py
+  # Two published truths (docs/ovqa.md). `paper` (the default, named; a no-op): one eps for every answer, one lr
+  # schedule for every trainable parameter. `released` (alias `authors_eps`), mlvlab/OVQA as released: dataset.py
   # keeps base answers at eps = 1.0, and train.py sets the lr after each optimizer.step(), so step 0 runs at the
   # peak lr and the warm-up/decay one step late. Its adjust_learning_rate updates only param_groups[0], but the
   # second group (names containing 'gat') is empty: the GNN's weights are named gnn1/gnn2, so they follow the
