@@ -79,6 +79,15 @@ def test_constant_lr_params():
   np.testing.assert_allclose(sizes["verbalizer"], [lr] * total, rtol=1e-5)
   np.testing.assert_allclose(sizes["adapter"], schedule, rtol=1e-5, atol=1e-12)
   assert schedule[0] == 0.0 and schedule[1] == pytest.approx(lr)  # warm-up of 1 step, then linear decay
+  # The train state's optimiser shardings (optax.tree_map_params) see moments per parameter, the count replicated.
+  from evqa_jax.train import sharding
+  from evqa_jax.train import steps
+  mesh = sharding.make_mesh((-1, 1), ("data", "model"))
+  tx, _ = partition.make_optimizer(config.optim, total)
+  params = jax.device_put({"verbalizer": {"w": jnp.zeros((2, 2))}, "adapter": {"b": jnp.zeros((3,))}},
+                          sharding.replicated(mesh))
+  shardings = steps.opt_state_shardings(tx, params, mesh)
+  assert len(jax.tree.leaves(shardings)) == 2 * 2 + 2  # Adam's mu and nu per parameter, Adam's and our counts
   config.optim.constant_lr_params = ("verbalizer", "gat$")
   with pytest.raises(ValueError, match=r"config.optim.constant_lr_params = \('verbalizer', 'gat\$'\): \['gat\$'\] "
                                        r"match\(es\) no trainable parameter"):
