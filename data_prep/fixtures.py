@@ -570,4 +570,6 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-  main()
+  import sys
+  from evqa_jax import cli
+  sys.exit(cli.run(main))
