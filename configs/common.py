@@ -94,5 +94,10 @@ def base_config() -> ml_collections.ConfigDict:
 
   c.optim = ml_collections.ConfigDict(dict(
       name="adam", lr=5e-5, b1=0.9, b2=0.95, eps=1e-8, weight_decay=0.0,
-      warmup_fraction=0.1, decay="linear", grad_clip=0.1))
+      warmup_fraction=0.1, decay="linear", grad_clip=0.1,
+      # Regexes on trainable parameter paths that train at the constant peak lr while the rest follows the schedule
+      # (evqa_jax.train.partition.make_optimizer); () = all on the schedule.
+      constant_lr_params=(),
+      # True: the schedule runs one step late, step 0 at the peak lr (a loop that sets the lr after each step).
+      lr_after_step=False))
   return c

@@ -5,7 +5,9 @@
 Variants (comma-separated after ':'): demo (built-in synthetic world + MiniLM-L6, a few CPU minutes), cvqa (the
 closed-vocabulary row: FrozenBiLM's head over the top-1852 train answers; cvqa_mlp: an MLP
 classifier over them instead), baseline (FrozenBiLM+ without verbalizer), bf16, small (tests).
-authors_eps (base answers at eps = 1, as the authors' code).
+released (alias authors_eps; as mlvlab/OVQA's released code: base answers at eps = 1, the lr set after
+each step; docs/ovqa.md).
+paper (the default, named). Commands per table and the paper's numbers: docs/ovqa.md.
 Expected: the OVQA paper's Table 2 row "FrozenBiLM+ w/ GNN verbalizer" for MSVD-QA (per-category B/C/R/U/T/mAcc).
 Demo: docs/results.md holds the table that the README's main command printed.
 """

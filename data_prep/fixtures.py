@@ -13,7 +13,10 @@ says where that layout comes from (the authors' loader code read for this module
   deberta_v2_dir        Hugging Face microsoft/deberta-v2-xlarge folder (config.json, spm.model, pytorch_model.bin,
                         tokenizer_config.json)
   frozenbilm_checkpoint FrozenBiLM's released .pth ({"model": state_dict, "optimizer", "epoch", "args"})
-  msrvtt_qa             FrozenBiLM / Just Ask MSRVTT-QA folder (train/val/test.csv, vocab.json, clipvitl14.pth)
+  ovqa_checkpoint       an OVQA-trained checkpoint (FrozenBiLM's names + the GNN lm_head.gnn{1,2}.lin_{src,dst})
+  msrvtt_qa             FrozenBiLM / Just Ask MSRVTT-QA folder (train/val/test.csv, vocab.json, clipvitl14.pth,
+                        subtitles.pkl)
+  ovqa_meta_data        OVQA's meta_data/<dataset>/: train/test.csv, clipvitl14.pth, subtitles.pkl and the files of
   ovqa_authors_files    OVQA's train_vocab.json, test_vocab.json, ans2cat.json and answer_graph/*.pth
   violin_release        VIOLIN's violin_annotation.json and all_res101_pool5_feat.h5
   evqa_release          ST-Evidence: st_evidence_gen.csv, videos_6fps/*.mp4, masks/, and the MCQ files
@@ -164,6 +167,33 @@ def frozenbilm_checkpoint(path: str, hf_state_dict: dict, config: dict, features
   return sd
 
 
+def ovqa_checkpoint(path: str, hf_state_dict: dict, config: dict, features_dim: int = 768, ds_factor: int = 8,
+                    n_ans: int = 5, num_gnn_layers: int = 2, seed: int = 2) -> dict:
+  """An OVQA-trained checkpoint (mlvlab/OVQA train.py, best_model.pth / ckpt.pth) as a state dict, in miniature.
+
+  Their DebertaV2ForMaskedLM (model/deberta.py) holds FrozenBiLM's names (see `frozenbilm_checkpoint`: deberta.*
+  with linear_video and the adapters, lm_predictions.lm_head.{dense,LayerNorm,bias,decoder}), the GNN soft
+  verbalizer lm_predictions.lm_head.gnn{1,2}.lin_{src,dst}.weight [hidden, hidden] (model/gnn.py: torch_geometric
+  Linear without bias; initialised to the identity, trained: here identity + noise), and answer_embeddings.weight
+  [n_ans, hidden] / answer_bias [n_ans] of the last vocabulary set_answer_embeddings installed (the test vocabulary).
+  train.py saves `{"model": model, "optimizer", "epoch", "args"}` with the whole nn.Module pickled; this is the
+  state-dict form `{"model": model.state_dict(), ...}` that loads without unpickling code (docs/ovqa.md: the one
+  line that converts theirs). Returns the state dict written.
+  """
+  import torch
+  g = torch.Generator().manual_seed(seed)
+  h = config["hidden_size"]
+  sd = frozenbilm_checkpoint(path, hf_state_dict, config, features_dim=features_dim, ds_factor=ds_factor,
+                             n_ans=n_ans, seed=seed)
+  for layer in range(1, num_gnn_layers + 1):
+    for side in ("src", "dst"):
+      sd[f"lm_predictions.lm_head.gnn{layer}.lin_{side}.weight"] = torch.eye(h) + 0.3 * torch.randn(h, h, generator=g)
+  args = argparse.Namespace(dataset="msrvtt", lr=5e-5, eps=0.7, max_feats=10, features_dim=features_dim,
+                            ds_factor_attn=ds_factor, ds_factor_ff=ds_factor, max_atokens=5)
+  torch.save({"model": sd, "optimizer": {"state": {}, "param_groups": []}, "epoch": 19, "args": args}, path)
+  return sd
+
+
 MSRVTT_TYPES = {"what": 0, "how": 1, "color": 2, "where": 3, "who": 4, "when": 5}
 
 # (question, answer, video_id) per split; MSRVTT-QA questions are lower case without "?".
@@ -216,7 +246,24 @@ def msrvtt_qa(root: str, frames=None, feature_dim: int = 768, vocab_topk: int = 
   frames = frames or {v: int(rng.integers(3, 15)) for v in video_ids}
   feats = {v: rng.normal(size=(frames[v], feature_dim)).astype(np.float16) for v in video_ids}
   torch.save({v: torch.from_numpy(x) for v, x in feats.items()}, os.path.join(root, "clipvitl14.pth"))
+  write_subtitles(root)
   return {"dir": root, "features": feats, "rows": MSRVTT_ROWS}
+
+
+# ASR subtitles of some MSRVTT videos (the others have none), keyed as the CSVs' video_id.
+MSRVTT_SUBTITLES = {7010: "he plays the guitar while a woman sings", 7014: "let's cook pasta and eat in the kitchen",
+                    7015: "the man rides a bike fast"}
+
+
+def write_subtitles(root: str, subtitles=None) -> str:
+  """`subtitles.pkl`: a pickled dict {video_id: text} (FrozenBiLM README, "Speech Subtitles"; read by its
+  datasets/videoqa_dataset.py and OVQA's dataset.py with `pickle.load`, the text appended as f" Subtitles: {sub}"),
+  keys of the CSVs' video_id type (int for MSRVTT). Returns the path."""
+  import pickle
+  path = os.path.join(root, "subtitles.pkl")
+  with open(path, "wb") as f:
+    pickle.dump(dict(MSRVTT_SUBTITLES if subtitles is None else subtitles), f)
+  return path
 
 
 def ovqa_category(train_count: int) -> str:
@@ -266,6 +313,34 @@ def ovqa_authors_files(root: str, train_answers, test_answers, embed_dim: int = 
     x = 0.1 * torch.randn(n, embed_dim, generator=g)  # word-embedding scale: no attention weight near 0 or 1
     torch.save(x, os.path.join(root, "answer_graph", f"{split}_x.pth"))
   return {"dir": root, "train_vocab": train_vocab, "test_vocab": test_vocab, "ans2cat": ans2cat}
+
+
+def ovqa_meta_data(root: str, feature_dim: int = 768, embed_dim: int = 32, seed: int = 0) -> dict:
+  """OVQA's own `meta_data/<dataset>/` folder (mlvlab/OVQA README "Data Preparation", dataset.py), in miniature:
+  train.csv, test.csv (no val split: train.py evaluates on test), clipvitl14.pth, subtitles.pkl, and the
+  vocabulary / category / answer-graph files of `ovqa_authors_files`. dataset.py reads the CSV columns question,
+  answer, video_id and type (`self.data["question"]`, ...) and nothing else; the release's other columns are not
+  documented, so these CSVs hold exactly those four (in another order than FrozenBiLM's). Every train answer is
+  kept (V_train is all train answers), unlike FrozenBiLM's top-k filtered train.csv.
+  Returns {"dir", "features", "train_vocab", "test_vocab", "ans2cat"}.
+  """
+  import pandas as pd
+  import torch
+  os.makedirs(root, exist_ok=True)
+  rng = np.random.default_rng(seed)
+  for split in ("train", "test"):
+    rows = MSRVTT_ROWS[split]
+    pd.DataFrame({"video_id": [v for _, _, v in rows], "question": [q for q, _, _ in rows],
+                  "answer": [a for _, a, _ in rows],
+                  "type": [MSRVTT_TYPES["color"] if "color" in q else MSRVTT_TYPES[q.split(" ")[0]]
+                           for q, _, _ in rows]}).to_csv(os.path.join(root, f"{split}.csv"), index=False)
+  video_ids = sorted({v for split in ("train", "test") for _, _, v in MSRVTT_ROWS[split]})
+  feats = {v: rng.normal(size=(int(rng.integers(3, 15)), feature_dim)).astype(np.float16) for v in video_ids}
+  torch.save({v: torch.from_numpy(x) for v, x in feats.items()}, os.path.join(root, "clipvitl14.pth"))
+  write_subtitles(root)
+  authors = ovqa_authors_files(root, [a for _, a, _ in MSRVTT_ROWS["train"]], [a for _, a, _ in MSRVTT_ROWS["test"]],
+                               embed_dim=embed_dim, seed=seed)
+  return dict(authors, dir=root, features=feats)
 
 
 VIOLIN_CLIPS = {
@@ -431,15 +506,16 @@ def evqa_release(root: str, height: int = 24, width: int = 32, seed: int = 0, ma
 
 
 def write_ovqa(root: str) -> dict:
-  """OVQA on MSRVTT-QA: root/models/{deberta-v2-xlarge/, frozenbilm.pth}, root/MSRVTT-QA/ (FrozenBiLM's CSVs and
-  clipvitl14.pth) and root/meta_data/msrvtt/ (the OVQA release's vocabularies, categories and answer graphs)."""
+  """OVQA on MSRVTT-QA: root/models/{deberta-v2-xlarge/, frozenbilm.pth, ovqa_msrvtt.pth (an OVQA-trained
+  checkpoint, state-dict form)}, root/MSRVTT-QA/ (FrozenBiLM's CSVs, clipvitl14.pth, subtitles.pkl) and
+  root/meta_data/msrvtt/ (the OVQA release: its CSVs, features, subtitles, vocabularies, categories and answer
+  graphs)."""
   deb = deberta_v2_dir(os.path.join(root, "models", "deberta-v2-xlarge"))
   frozenbilm_checkpoint(os.path.join(root, "models", "frozenbilm.pth"), deb["state_dict"], deb["config"])
+  ovqa_checkpoint(os.path.join(root, "models", "ovqa_msrvtt.pth"), deb["state_dict"], deb["config"])
   rel = msrvtt_qa(os.path.join(root, "MSRVTT-QA"))
-  authors = ovqa_authors_files(os.path.join(root, "meta_data", "msrvtt"),
-                               [a for _, a, _ in MSRVTT_ROWS["train"]], [a for _, a, _ in MSRVTT_ROWS["test"]],
-                               embed_dim=deb["config"]["hidden_size"])
-  return {"deberta": deb["path"], "msrvtt_qa": rel["dir"], "meta_data": authors["dir"]}
+  meta = ovqa_meta_data(os.path.join(root, "meta_data", "msrvtt"), embed_dim=deb["config"]["hidden_size"])
+  return {"deberta": deb["path"], "msrvtt_qa": rel["dir"], "meta_data": meta["dir"]}
 
 
 def write_violin(root: str) -> dict:
@@ -494,4 +570,6 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-  main()
+  import sys
+  from evqa_jax import cli
+  sys.exit(cli.run(main))

@@ -1,8 +1,11 @@
 """OVQA converter: the FrozenBiLM / Just Ask release (CSVs + frame-feature dict) -> TFRecord records.
 
     python -m data_prep.ovqa --csv-dir D --features F [--subtitles S] --out OUT \
-        [--num-frames 10] [--feature-dim 768] [--cvqa-topk 4000] [--skip-bad] [--num-shards N] [--authors-vocab A]
-        [--trust-pickles]
+        [--num-frames 10] [--feature-dim 768] [--dataset msrvtt|msvd|tgif|activitynet | --cvqa-topk K] [--skip-bad]
+        [--num-shards N] [--authors-vocab A] [--trust-pickles]
+    python -m data_prep.ovqa --ovqa-release meta_data/msrvtt --dataset msrvtt --out OUT   # the OVQA release's folder:
+        # D = A = meta_data/msrvtt, F = its clipvitl14.pth, S = its subtitles.json, else subtitles.pkl (that one
+        # only with --trust-pickles)
 
 Input (REFERENCE.md section 1, "Data"):
   D/train.csv, D/test.csv (required), D/val.csv (optional): columns question, answer, video_id, and optionally
@@ -77,6 +80,9 @@ CATEGORIES = ovqa_metrics.CATEGORIES
 BAD_REASONS = ("empty_question", "empty_answer", "bad_type", "unknown_video", "bad_features", "answer_not_in_vocab",
                "bad_values")
 VOCAB_FILE = "vocab.json"
+# The paper's closed vocabularies (appendix B, FrozenBiLM / JustAsk settings): top-k train answers per dataset; the
+# dataset configs' data.cvqa_topk.
+CVQA_TOPK = {"msrvtt": 4000, "msvd": 1852, "tgif": 1540, "activitynet": 1654}
 EXAMPLES_PER_SHARD = 4096
 _MAX_LISTED_SKIPS = 100
 _CACHE_VIDEOS = 4096
@@ -307,15 +313,38 @@ def convert(csv_dir: str, features: str, out_dir: str, *, subtitles: str | None 
   return summary
 
 
+def release_paths(release: str, subtitles: str | None) -> dict:
+  """The converter's inputs in the OVQA release's `meta_data/<dataset>/` folder (mlvlab/OVQA README and dataset.py:
+  train.csv, test.csv, clipvitl14.pth, subtitles.pkl, train_vocab.json, test_vocab.json, ans2cat.json). Subtitles:
+  `subtitles` when given, else subtitles.json (a JSON copy of their pickle), else subtitles.pkl, else none."""
+  if not os.path.isdir(release):
+    raise ConversionError(f"--ovqa-release {release}: not a folder (expected OVQA's meta_data/<dataset>/)")
+  if subtitles is None:
+    for name in ("subtitles.json", "subtitles.pkl"):
+      if os.path.exists(os.path.join(release, name)):
+        subtitles = os.path.join(release, name)
+        break
+  return {"csv_dir": release, "features": os.path.join(release, "clipvitl14.pth"), "subtitles": subtitles,
+          "authors_vocab": release}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
   parser = argparse.ArgumentParser(prog="python -m data_prep.ovqa", description=__doc__.split("\n")[0])
-  parser.add_argument("--csv-dir", required=True, help="directory with train.csv, test.csv and optionally val.csv")
-  parser.add_argument("--features", required=True, help="feature dict: .pth, .npy, .npz or .h5")
+  parser.add_argument("--ovqa-release", default=None,
+                      help="the OVQA release's meta_data/<dataset>/ folder: its train/test.csv, clipvitl14.pth, "
+                           "subtitles (.json, else .pkl) and vocabularies (sets --csv-dir, --features, --subtitles, "
+                           "--authors-vocab unless given)")
+  parser.add_argument("--dataset", choices=sorted(CVQA_TOPK), default=None,
+                      help="sets --cvqa-topk to the paper's closed vocabulary of the dataset " +
+                           ", ".join(f"{d} {k}" for d, k in sorted(CVQA_TOPK.items())))
+  parser.add_argument("--csv-dir", default=None, help="directory with train.csv, test.csv and optionally val.csv")
+  parser.add_argument("--features", default=None, help="feature dict: .pth, .npy, .npz or .h5")
   parser.add_argument("--subtitles", default=None, help="optional JSON (or .pkl) video_id -> subtitle text")
   parser.add_argument("--out", required=True, help="output directory (replaced as a whole)")
   parser.add_argument("--num-frames", type=int, default=10)
   parser.add_argument("--feature-dim", type=int, default=768)
-  parser.add_argument("--cvqa-topk", type=int, default=4000, help="closed vocabulary size (0 = all train answers)")
+  parser.add_argument("--cvqa-topk", type=int, default=None,
+                      help="closed vocabulary size (0 = all train answers; default: --dataset's, else 4000)")
   parser.add_argument("--skip-bad", action="store_true", help="skip and count bad rows instead of failing")
   parser.add_argument("--authors-vocab", default=None,
                       help="folder with the OVQA authors' train_vocab.json, test_vocab.json, ans2cat.json: use their "
@@ -324,6 +353,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                       help=f"shards per split (default: one per {EXAMPLES_PER_SHARD} rows)")
   common.add_trust_pickles(parser)
   args = parser.parse_args(argv)
+  if args.ovqa_release:
+    found = release_paths(args.ovqa_release, args.subtitles)
+    for key, value in found.items():
+      if getattr(args, key) is None:
+        setattr(args, key, value)
+  for flag in ("csv_dir", "features"):
+    if getattr(args, flag) is None:
+      parser.error(f"--{flag.replace('_', '-')} is required (or --ovqa-release)")
+  if args.cvqa_topk is None:
+    args.cvqa_topk = CVQA_TOPK[args.dataset] if args.dataset else 4000
   convert(args.csv_dir, args.features, args.out, subtitles=args.subtitles, num_frames=args.num_frames,
           feature_dim=args.feature_dim, cvqa_topk=args.cvqa_topk, skip_bad=args.skip_bad,
           num_shards=args.num_shards, trust_pickles=args.trust_pickles,

@@ -1,14 +1,15 @@
 """Evaluate only: score a trained checkpoint, or the initial weights (zero-shot), on any split.
 
   python launch/evaluate.py --config=configs/ovqa_msrvtt.py --workdir=runs/msrvtt --checkpoint=best [--split=test,val]
-  python launch/evaluate.py --config=configs/ovqa_msrvtt.py --workdir=runs/msrvtt_zs --zero_shot \
+  python launch/evaluate.py --config=configs/ovqa_msrvtt.py:baseline --workdir=runs/msrvtt_zs --zero_shot \
       --config.pretrained.init_from=~/models/frozenbilm.pth          # the OVQA paper's zero-shot Table 6
 
 --checkpoint is `last`, `best` (model selection by config.select over the run's evaluations) or a step number, of a
 workdir that launch/train.py wrote with the same config (and --config. overrides); --zero_shot scores the weights
-training would start from (pretrained LM, config.pretrained.init_from) and needs no trained workdir. Each split's
-predictions and metrics are written as training's evaluation writes them, to <workdir>/eval/<split>_step<N>/ (zero-shot:
-<split>_zero_shot/), and all of them to <workdir>/evaluate_<step<N>|zero_shot>.json.
+training would start from (pretrained LM, config.pretrained.init_from) and needs no trained workdir; it refuses a
+learned head that nothing filled (OVQA: the GNN verbalizer without an OVQA-trained init_from; docs/ovqa.md). Each
+split's predictions and metrics are written as training's evaluation writes them, to <workdir>/eval/<split>_step<N>/
+(zero-shot: <split>_zero_shot/), and all of them to <workdir>/evaluate_<step<N>|zero_shot>.json.
 """
 
 import os

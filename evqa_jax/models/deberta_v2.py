@@ -890,17 +890,24 @@ def load_hf_params(config: DebertaV2Config, path: str, init_params=None):
   return _load(config, hf_utils.read_checkpoint(path), path, init_params)
 
 
-def load_frozenbilm_checkpoint(config: DebertaV2Config, path: str, init_params=None, trust_pickles: bool = False):
+def read_frozenbilm_checkpoint(path: str, trust_pickles: bool = False):
+  """{state-dict name: numpy array} of a FrozenBiLM / OVQA training checkpoint (weights_only; see below)."""
+  import argparse  # pylint: disable=g-import-not-at-top
+  return hf_utils.read_checkpoint(path, trust_pickles=trust_pickles, safe_globals=(argparse.Namespace,))
+
+
+def load_frozenbilm_checkpoint(config: DebertaV2Config, path: str, init_params=None, trust_pickles: bool = False,
+                               checkpoint=None):
   """Reads a FrozenBiLM training checkpoint ({"model": state_dict, "optimizer": ..., "args": Namespace}, torch.save)
   of DebertaV2ForMaskedLM: deberta.* with embeddings.linear_video and attention.output.adapter / output.adapter,
   lm_predictions.lm_head.*; answer_embeddings/answer_bias are reported unused. The file is read with torch's
   weights_only unpickler, which allows tensors, containers and (allow-listed here) the argparse Namespace of the
   training arguments; any other object is refused unless trust_pickles=True (config.trust_pickles; unsafe: unpickling
-  runs code from the file). Returns (params tree, report) as
-  `load_hf_params`.
+  runs code from the file). `checkpoint`: the file's {name: array} when the caller has read it already
+  (`read_frozenbilm_checkpoint`; an OVQA checkpoint is read once for the LM and its verbalizer). Returns (params
+  tree, report) as `load_hf_params`.
   """
-  import argparse  # pylint: disable=g-import-not-at-top
-  ckpt = hf_utils.read_checkpoint(path, trust_pickles=trust_pickles, safe_globals=(argparse.Namespace,))
+  ckpt = read_frozenbilm_checkpoint(path, trust_pickles) if checkpoint is None else checkpoint
   flat = _canonical(ckpt)
   if config.num_visual_tokens > 0 and "embeddings.linear_video.weight" not in flat:
     raise ValueError(f"{path}: config has num_visual_tokens={config.num_visual_tokens} but the checkpoint has no "

@@ -131,6 +131,8 @@ def _read_torch(path: str, state_dict_key: Optional[str], trust_pickles: bool,
       raise ValueError(f"{path}: no entry {state_dict_key!r} in the checkpoint (top level: {keys})")
     obj = obj[state_dict_key]
   elif isinstance(obj, Mapping):
+    if trust_pickles and isinstance(obj.get("model"), torch.nn.Module):  # a pickled model (OVQA's train.py)
+      obj = dict(obj, model=obj["model"].state_dict())
     for k in ("model", "state_dict", "module"):
       if k in obj and isinstance(obj[k], Mapping) and not isinstance(obj.get(k), torch.Tensor):
         obj = obj[k]

@@ -36,6 +36,10 @@ class Task(abc.ABC):
     """Host numpy params -> params with pretrained weights filled in (called when not resuming)."""
     return params
 
+  def check_zero_shot(self) -> None:
+    """Raises when the weights `load_pretrained` gave are not a model worth scoring untrained (evaluate
+    --zero_shot), e.g. a head that only training fills in. Called after `load_pretrained`."""
+
   @property
   @abc.abstractmethod
   def trainable_patterns(self) -> tuple:

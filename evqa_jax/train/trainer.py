@@ -259,6 +259,7 @@ def evaluate_checkpoint(config, workdir: str, checkpoint: str | None, splits=Non
   if checkpoint is None:
     io_lib.makedirs(workdir)
     state, step, tag = steps_lib.load_pretrained_into(state, task, state_shardings), 0, "zero_shot"
+    task.check_zero_shot()
   else:
     if not io_lib.epath_of(workdir).is_dir():
       raise FileNotFoundError(f"--workdir {workdir} does not exist")

@@ -13,6 +13,7 @@ import optax
 
 from evqa_jax import io as io_lib
 from evqa_jax import pretrained
+from evqa_jax.models.verbalizer import LEARNED_VARIANTS, canonical_variant
 from evqa_jax.projects import base
 from evqa_jax.projects.ovqa import evaluator
 from evqa_jax.projects.ovqa import input as input_lib
@@ -45,6 +46,7 @@ class Task(base.Task):
     if config.model.head not in model_lib.HEADS:
       raise ValueError(f"config.model.head = {config.model.head!r}: expected one of {model_lib.HEADS}")
     self.init_from = init_from_path(config)
+    self.verbalizer_from_checkpoint = False  # set by load_pretrained
     self.input = input_lib.Input(config, head=config.model.head)
     self.pretrained_dir = pretrained.checkpoint_dir(config.pretrained)
     encoder_config = pretrained.encoder_config(config.model.encoder, config.pretrained,
@@ -84,19 +86,41 @@ class Task(base.Task):
     return self.model.init({"params": rng}, self._dummy_batch(), aux)["params"]
 
   def load_pretrained(self, params: dict) -> dict:
+    """The LM from pretrained.dir, then init_from: a FrozenBiLM checkpoint (LM, linear_video, adapters, LayerNorms)
+    or an OVQA-trained one (the same, plus its GNN verbalizer: checkpoint.py)."""
     encoder, init_from = self.config.model.encoder, self.init_from
     params = dict(params)
     params["lm"] = pretrained.load_encoder_weights(encoder, self.encoder_config, self.pretrained_dir, params["lm"])
+    self.verbalizer_from_checkpoint = False
     if init_from:
       from evqa_jax.models import deberta_v2
+      from evqa_jax.projects.ovqa import checkpoint
       if encoder != "deberta_v2":
         raise ValueError("config.pretrained.init_from loads a FrozenBiLM checkpoint, which holds a DeBERTa-v2: set "
                          "config.model.encoder = 'deberta_v2'")
-      lm, report = deberta_v2.load_frozenbilm_checkpoint(self.encoder_config, io_lib.local_copy(init_from, "init_from"),
-                                                         params["lm"], trust_pickles=self.config.trust_pickles)
+      path = io_lib.local_copy(init_from, "init_from")
+      ckpt = checkpoint.read(path, self.config.trust_pickles)
+      lm, report = deberta_v2.load_frozenbilm_checkpoint(self.encoder_config, path, params["lm"], checkpoint=ckpt)
       print(f"Initialised from FrozenBiLM checkpoint {init_from}: {str(report).splitlines()[0]}", flush=True)
       params["lm"] = lm
+      layers = checkpoint.verbalizer_weights(ckpt, path)
+      if layers:
+        params = checkpoint.load_verbalizer(params, layers, self.config.verbalizer, path)
+        self.verbalizer_from_checkpoint = True
+        print(f"Initialised the GNN verbalizer from {init_from} ({len(layers)} layers)", flush=True)
     return params
+
+  def check_zero_shot(self) -> None:
+    """Scoring the start weights (launch/evaluate.py --zero_shot, the paper's Table 6) with a learned verbalizer
+    that no checkpoint filled would apply an untrained GNN / MLP: refused."""
+    vc = self.config.verbalizer
+    if (self.input.use_graph and canonical_variant(vc.variant) in LEARNED_VARIANTS
+        and not self.verbalizer_from_checkpoint):
+      raise ValueError(
+          f"--zero_shot scores untrained weights, but config.verbalizer.variant = {vc.variant!r} is a learned "
+          f"verbalizer that config.pretrained.init_from does not hold: the zero-shot Table 6 is FrozenBiLM+ "
+          f"without a verbalizer: use --config=configs/ovqa_{self.config.dataset}.py:baseline (or "
+          "--config.verbalizer.variant=A), or give an OVQA-trained checkpoint (with its GNN) as init_from")
 
   @property
   def trainable_patterns(self) -> tuple:
