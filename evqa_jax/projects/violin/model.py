@@ -78,7 +78,8 @@ class BaselineModel(nn.Module):
       statement = embed(batch["statement_ids"])
       subtitles = embed(batch["subtitle_ids"]) if self.use_subtitles else None
     elif self.text_features == "online":
-      hidden = self.lm_config.hidden_size
+      lm_config = self.lm_config
+      hidden = lm_config.hidden_size
       encoder = encoders.ENCODERS[self.encoder](lm_config, name="text_encoder")
       b, _, ls = batch["statement_ids"].shape
       # [b, 2, Ls] -> [2b, Ls] interleaved (row 2i positive, 2i+1 negative of pair i): rows stay on their shard.
