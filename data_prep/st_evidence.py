@@ -3,6 +3,8 @@
     python -m data_prep.st_evidence --csv C (--frames DIR | --videos DIR) (--masks DIR | --instruct-json DIR | both) \
         [--split test] [--mcq MCQ.json | --mcq-release DIR] [--num-frames 32] [--frame-size H W] [--allow-missing-masks] \
         [--num-shards N] [--skip-bad] --out OUT
+    python -m data_prep.st_evidence (--instruct ST-Evidence-Instruct/gen_mask | --vicas ST-Evidence-Instruct/gen_qa/vicas) \
+        --split train [--num-frames 32] [--frame-size H W] [--skip-bad] --out OUT
 
 Raw format (REFERENCE.md section 3):
   CSV            columns entry_id, video_id, video_path, question, candidates (python-list string, e.g.
@@ -21,6 +23,18 @@ Raw format (REFERENCE.md section 3):
                              "temporal": {"options": [[[s, e], ...] x 4], "answer": int},
                              "spatial": {"frame": int, "options_dir": "mcq_masks/<entry_id>/", "answer": int}}}
                  options_dir (relative to the MCQ file) holds 4 candidate mask PNGs, option k = k-th by numeric name.
+  --instruct     ST-Evidence-Instruct's gen_mask folder as released (SalesforceAIResearch/EVQA README, its loader
+                 STEvidenceGenMaskDataset): st_evidence.csv (the columns above with the segments in
+                 `temporal_evidence`), masks/<entry_id>.json (the --instruct-json format) and
+                 video_frames_6fps/<video>/frame_%04d.jpg, <video> = the CSV's video_path without its extension
+  --vicas        ST-Evidence-Instruct's gen_qa/vicas folder (its loader STEvidenceGenQADataset):
+                 st_evidence_vicas.csv (+ `mask_evidence`, "[1, 2]": ViCaS track ids, and `temporal_evidence`),
+                 annotations/v1.0/<video_id:06d>.json ({segmentations: [{filename, track_ids, mask_rles}]}, one entry
+                 per frame, COCO RLE per track) and video_frames/<video_id:06d>/<filename>; the evidence mask of a
+                 frame merges the RLEs of the mask_evidence tracks present in it. The frames are taken to be at 6 fps
+                 (an annotation with another numeric "fps" is refused).
+  A CSV without `segment` reads its segments from `temporal_evidence` (ST-Evidence-Instruct's name); the ground-truth
+  copy OUT/<split>.csv then gets a `segment` column with the same text, for the official evaluator.
   --mcq-release  or the release's st_evidence_mcq folder (st_evidence_mcq.csv, temp_options.json,
                  mask_options.json, options.tar.gz), turned into that JSON by data_prep/evqa_release.py
 
@@ -195,6 +209,10 @@ def read_csv(path: str) -> tuple[list[str], list[dict]]:
     rows = list(reader)
   except (OSError, ValueError, csv.Error) as e:
     raise ConversionError("unreadable_csv", f"{path}: cannot read CSV ({e})") from e
+  if "segment" not in header and "temporal_evidence" in header:  # ST-Evidence-Instruct's CSVs
+    header.append("segment")
+    for row in rows:
+      row["segment"] = row.get("temporal_evidence")
   missing = [c for c in CSV_COLUMNS if c not in header]
   if missing:
     raise ConversionError("missing_column", f"{path}: missing column(s) {missing} (header: {header})")
@@ -345,9 +363,12 @@ def masks_from_instruct(path: str, entry_id: str, num_video_frames: int, height:
 
 
 def _numbered_images(directory: str, exts=IMAGE_EXTS) -> dict[int, str]:
+  """{frame number: path} of `<number>.<ext>` files (and ST-Evidence-Instruct's `frame_<number>.jpg`)."""
   out = {}
   for name in os.listdir(directory):
     stem, ext = os.path.splitext(name)
+    if stem.startswith("frame_"):
+      stem = stem[len("frame_"):]
     if ext.lower() in exts and stem.isdigit():
       out[int(stem)] = os.path.join(directory, name)
   return out
@@ -493,20 +514,49 @@ def convert(csv_path: str, frames_dir: str, out: str, split: str = "test", masks
             instruct_dir: str | None = None, mcq_path: str | None = None, num_frames: int = NUM_FRAMES,
             frame_size: tuple[int, int] = FRAME_SIZE, allow_missing_masks: bool = False, num_shards: int = 1,
             skip_bad: bool = False, verbose: bool = True, videos_dir: str | None = None,
-            mcq_release: str | None = None) -> dict:
+            mcq_release: str | None = None, instruct_release: str | None = None,
+            vicas_release: str | None = None) -> dict:
   """Converts one split into OUT; returns its counts (also in metadata.json["conversion"][split]).
 
   `videos_dir` (the release's 6 fps mp4 files) replaces `frames_dir`; `mcq_release` (the st_evidence_mcq folder)
-  replaces `mcq_path` (data_prep/evqa_release.py).
+  replaces `mcq_path` (data_prep/evqa_release.py). `instruct_release` (ST-Evidence-Instruct's gen_mask folder) and
+  `vicas_release` (its gen_qa/vicas folder) give the CSV, frames and masks of those layouts (module docstring).
   """
-  if masks_dir is None and instruct_dir is None:
+  if instruct_release is not None or vicas_release is not None:
+    if instruct_release is not None and vicas_release is not None:
+      raise ValueError("give --instruct or --vicas, not both (convert them one after the other into OUT)")
+    if any(x is not None for x in (csv_path, frames_dir, videos_dir, masks_dir, instruct_dir)):
+      raise ValueError("--instruct / --vicas name the CSV, frames and masks themselves: drop --csv, --frames, "
+                       "--videos, --masks and --instruct-json")
+  if instruct_release is not None:
+    from data_prep import evqa_release
+    frames = os.path.join(instruct_release, "video_frames_6fps")
+    return _convert(os.path.join(instruct_release, "st_evidence.csv"), frames, out, split, None,
+                    os.path.join(instruct_release, "masks"), mcq_path, num_frames, frame_size, allow_missing_masks,
+                    num_shards, skip_bad, verbose, None, mcq_release, evqa_release.InstructFrames(frames))
+  if vicas_release is not None:
+    from data_prep import evqa_release
+    return _convert(os.path.join(vicas_release, "st_evidence_vicas.csv"), vicas_release, out, split, None, None,
+                    mcq_path, num_frames, frame_size, allow_missing_masks, num_shards, skip_bad, verbose, None,
+                    mcq_release, evqa_release.VicasVideos(vicas_release))
+  return _convert(csv_path, frames_dir, out, split, masks_dir, instruct_dir, mcq_path, num_frames, frame_size,
+                  allow_missing_masks, num_shards, skip_bad, verbose, videos_dir, mcq_release)
+
+
+def _convert(csv_path, frames_dir, out, split, masks_dir, instruct_dir, mcq_path, num_frames, frame_size,
+             allow_missing_masks, num_shards, skip_bad, verbose, videos_dir, mcq_release, _cache=None) -> dict:
+  # A release layout's frame source (data_prep/evqa_release.py) may name each row's frame folder
+  # (`video_key(row, video_id, where)`) and carry the masks itself (`evidence_masks(row, n, h, w, where)`).
+  if masks_dir is None and instruct_dir is None and not hasattr(_cache, "evidence_masks"):
     raise ValueError("give --masks (PNG masks) and/or --instruct-json (ST-Evidence-Instruct JSON folder)")
   if (frames_dir is None) == (videos_dir is None):
     raise ValueError("give exactly one of --frames (frame folders) and --videos (the release's mp4 files)")
   height, width = int(frame_size[0]), int(frame_size[1])
   common.check_out(out, [csv_path, frames_dir, videos_dir, masks_dir, instruct_dir, mcq_path, mcq_release])
   header, rows = read_csv(csv_path)
-  if videos_dir is not None:
+  if _cache is not None:
+    cache = _cache
+  elif videos_dir is not None:
     from data_prep import evqa_release
     cache = evqa_release.Mp4Videos(videos_dir)
   else:
@@ -518,8 +568,8 @@ def convert(csv_path: str, frames_dir: str, out: str, split: str = "test", masks
     from data_prep import evqa_release
     with tempfile.TemporaryDirectory() as tmp:
       mcq_path = evqa_release.mcq_from_release(mcq_release, cache, tmp, skip_bad=skip_bad)
-      return convert(csv_path, frames_dir, out, split, masks_dir, instruct_dir, mcq_path, num_frames, frame_size,
-                     allow_missing_masks, num_shards, skip_bad, verbose, videos_dir)
+      return _convert(csv_path, frames_dir, out, split, masks_dir, instruct_dir, mcq_path, num_frames, frame_size,
+                      allow_missing_masks, num_shards, skip_bad, verbose, videos_dir, None, _cache)
   mcq = load_mcq(mcq_path) if mcq_path else {}
   spec = record_spec(num_frames, height, width)
   skipped: collections.Counter = collections.Counter()
@@ -548,14 +598,17 @@ def convert(csv_path: str, frames_dir: str, out: str, split: str = "test", masks
       raise ConversionError("answer_not_in_candidates", f"{where}: field 'answer' {answer!r} is not among {candidates}")
     answer_index = candidates.index(answer)
     segments = parse_segments(row["segment"], where)
-    files, (h0, w0) = cache.get(video_id, where)
+    video_key = cache.video_key(row, video_id, where) if hasattr(cache, "video_key") else video_id
+    files, (h0, w0) = cache.get(video_key, where)
     n = len(files)
     idx = sample_indices(n, num_frames)
 
     json_path = os.path.join(instruct_dir, entry_id + ".json") if instruct_dir else None
     png_dir = os.path.join(masks_dir, entry_id) if masks_dir else None
     has_masks, from_png, digits = True, False, st_eval.AUTHORS_MASK_DIGITS
-    if json_path and os.path.exists(json_path):
+    if hasattr(cache, "evidence_masks"):
+      mask_by_frame = cache.evidence_masks(row, n, h0, w0, where)
+    elif json_path and os.path.exists(json_path):
       mask_by_frame = masks_from_instruct(json_path, entry_id, n, h0, w0)
     elif png_dir and os.path.isdir(png_dir):
       (mask_by_frame, digits), from_png = masks_from_pngs(png_dir, entry_id, n, h0, w0), True
@@ -677,7 +730,12 @@ def _write_ground_truth(out, split, csv_path, header, kept_rows, masks_dir, png_
 
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  p.add_argument("--csv", required=True, help="QA CSV (entry_id, video_id, video_path, question, candidates, answer, segment)")
+  p.add_argument("--csv", default=None,
+                 help="QA CSV (entry_id, video_id, video_path, question, candidates, answer, segment)")
+  p.add_argument("--instruct", default=None,
+                 help="ST-Evidence-Instruct's gen_mask folder (st_evidence.csv, masks/, video_frames_6fps/)")
+  p.add_argument("--vicas", default=None,
+                 help="ST-Evidence-Instruct's gen_qa/vicas folder (st_evidence_vicas.csv, annotations/, video_frames/)")
   p.add_argument("--frames", default=None, help="folder of frames/<video_id>/<frame:05d>.png at 6 fps")
   p.add_argument("--videos", default=None, help="the release's videos_6fps folder (<video_id>.mp4), instead of --frames")
   p.add_argument("--mcq-release", default=None,
@@ -694,12 +752,23 @@ def main(argv=None) -> int:
   p.add_argument("--skip-bad", action="store_true", help="skip and count bad entries instead of failing")
   p.add_argument("--out", required=True)
   a = p.parse_args(argv)
-  if a.masks is None and a.instruct_json is None:
-    p.error("give --masks and/or --instruct-json")
-  if (a.frames is None) == (a.videos is None):
-    p.error("give exactly one of --frames and --videos")
+  if a.instruct is not None or a.vicas is not None:
+    if a.instruct is not None and a.vicas is not None:
+      p.error("give --instruct or --vicas, not both (convert them one after the other into OUT)")
+    taken = [f for f, v in (("--csv", a.csv), ("--frames", a.frames), ("--videos", a.videos), ("--masks", a.masks),
+                            ("--instruct-json", a.instruct_json)) if v is not None]
+    if taken:
+      p.error(f"--instruct / --vicas name the CSV, frames and masks themselves: drop {', '.join(taken)}")
+  else:
+    if a.csv is None:
+      p.error("give --csv (or --instruct / --vicas for ST-Evidence-Instruct's folders)")
+    if a.masks is None and a.instruct_json is None:
+      p.error("give --masks and/or --instruct-json")
+    if (a.frames is None) == (a.videos is None):
+      p.error("give exactly one of --frames and --videos")
   convert(a.csv, a.frames, a.out, a.split, a.masks, a.instruct_json, a.mcq, a.num_frames, tuple(a.frame_size),
-          a.allow_missing_masks, a.num_shards, a.skip_bad, videos_dir=a.videos, mcq_release=a.mcq_release)
+          a.allow_missing_masks, a.num_shards, a.skip_bad, videos_dir=a.videos, mcq_release=a.mcq_release,
+          instruct_release=a.instruct, vicas_release=a.vicas)
   return 0
 
 

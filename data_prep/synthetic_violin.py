@@ -253,7 +253,7 @@ def build_world(seed: int = 0, sizes: dict | None = None) -> tuple[dict, dict, d
           p["neg"] = _edit_negative(rng, p["text"], p["values"], clip["facts"])
       order = rng.permutation(3)
       annotation[clip_id] = {
-          "file": f"synthetic/{clip_id}.mp4", "split": split, "sub": clip["sub"],
+          "file": clip_id, "split": split, "sub": clip["sub"],  # the HDF5 key, as in the release
           "statement": [[pairs[k]["pos"], pairs[k]["neg"]] for k in order]}
       features[clip_id] = video
       types[clip_id] = [[pairs[k]["type"], "adversarial" if pairs[k]["adversarial"] else "edit"] for k in order]

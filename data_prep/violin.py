@@ -7,7 +7,9 @@ Raw format (REFERENCE.md section 2):
   violin_annotation.json  {clip_id: {"file": str, "split": "train"|"validate"|"test",
                                      "sub": [[text, start, end], ...],
                                      "statement": [[positive, negative], x 3]}}
-  F.h5                    `<clip_id>/resnet_features` [T, 2048] and/or `<clip_id>/c3d_features` [T, 4096]
+  F.h5                    `<file>/resnet_features` [T, 2048] and/or `<file>/c3d_features` [T, 4096], keyed by
+                          the clip's "file" field as the authors' violin_dataset.py reads them
+                          (`fin[clip['file'] + '/resnet_features']`); each file belongs to one clip
 
 Record schema (one record per (clip, statement pair); split names as in the annotation):
   clip_id        string ()          annotation key
@@ -24,7 +26,8 @@ Besides the shards, OUT holds metadata.json (task "violin", feature, feature_dim
 conversion counts, this schema) and violin_annotation.json: the annotation restricted to the converted clips,
 the ground truth for `python -m evqa_jax.evaluate.violin --gt OUT/violin_annotation.json`.
 
-Bad input (missing key, clip id absent from the HDF5 file, wrong feature dimension, empty or non-finite
+Bad input (missing key, a clip's file absent from the HDF5 file (the error names the clip id, its file and the HDF5
+path looked up), a file shared by two clips, wrong feature dimension, empty or non-finite
 features, malformed subtitles or statements, unknown split) raises ConversionError naming the file, clip and
 field; with --skip-bad the clip is skipped and counted under its reason instead.
 """
@@ -101,6 +104,11 @@ def parse_clip(clip_id: str, entry: Any, path: str) -> dict:
   for key in ("file", "split", "sub", "statement"):
     if key not in entry:
       raise ConversionError("missing_field", f"{where}: missing field {key!r}")
+  file = entry["file"]
+  try:
+    evqa_io.check_id(file, f"{where}: field 'file'", "file")  # an HDF5 path component
+  except ValueError as e:
+    raise ConversionError("bad_clip_id", str(e)) from None
   split = entry["split"]
   if split not in SPLITS:
     raise ConversionError("unknown_split", f"{where}: field 'split' is {split!r}, expected one of {SPLITS}")
@@ -124,16 +132,24 @@ def parse_clip(clip_id: str, entry: Any, path: str) -> dict:
       raise ConversionError("bad_statement",
                             f"{where}: field 'statement'[{j}] must be [positive, negative] non-empty strings, got {pair!r}")
     pairs.append((pair[0].strip(), pair[1].strip()))
-  return {"split": split, "subtitles": " ".join(lines), "pairs": pairs}
+  return {"split": split, "file": file, "subtitles": " ".join(lines), "pairs": pairs}
 
 
-def check_clip_features(h5, clip_id: str, feature: str, feature_dim: int, path: str) -> str:
-  """Checks presence, shape and dtype of a clip's features without reading them; returns the dataset key."""
-  key = f"{clip_id}/{feature}_features"
-  if clip_id not in h5:
-    raise ConversionError("unknown_clip_id", f"{path}: clip id {clip_id!r} (from the annotation) is not in the features file")
+def check_clip_features(h5, clip_id: str, feature: str, feature_dim: int, path: str, file: str | None = None) -> str:
+  """Checks presence, shape and dtype of a clip's features without reading them; returns the dataset key.
+
+  The features are `<file>/<feature>_features`, `file` being the annotation's "file" field (the authors' key);
+  None looks the clip id up instead.
+  """
+  file = clip_id if file is None else file
+  key = f"{file}/{feature}_features"
+  if file not in h5:
+    also = "" if file == clip_id else (f"; the clip id is a group there, but the authors' loader reads the file's"
+                                       if clip_id in h5 else "; nor is the clip id")
+    raise ConversionError("unknown_clip_id", f"{path}: clip id {clip_id!r} (file {file!r} in the annotation): "
+                          f"HDF5 path {key!r} is not in the features file{also}")
   if key not in h5 or not hasattr(h5[key], "shape"):
-    raise ConversionError("missing_features", f"{path}: clip {clip_id!r}: dataset {key!r} is missing")
+    raise ConversionError("missing_features", f"{path}: clip {clip_id!r} (file {file!r}): dataset {key!r} is missing")
   shape = h5[key].shape
   if len(shape) != 2 or shape[1] != feature_dim:
     raise ConversionError("wrong_feature_dim",
@@ -145,8 +161,9 @@ def check_clip_features(h5, clip_id: str, feature: str, feature_dim: int, path: 
   return key
 
 
-def load_clip_features(h5, clip_id: str, feature: str, feature_dim: int, path: str) -> np.ndarray:
-  key = check_clip_features(h5, clip_id, feature, feature_dim, path)
+def load_clip_features(h5, clip_id: str, feature: str, feature_dim: int, path: str,
+                       file: str | None = None) -> np.ndarray:
+  key = check_clip_features(h5, clip_id, feature, feature_dim, path, file)
   try:
     x = np.asarray(h5[key][()])
   except Exception as e:  # h5py raises OSError/TypeError/ValueError for damaged datasets
@@ -195,6 +212,17 @@ def convert(annotation: str, features: str, out: str, feature: str = "resnet", f
       counts.skipped[split][e.reason] += 1
       continue
     parsed[clip["split"]][clip_id] = clip
+  owner: dict[str, str] = {}  # file -> the first clip naming it (the authors assert each file is one clip's)
+  for split in SPLITS:
+    for clip_id in list(parsed[split]):
+      first = owner.setdefault(parsed[split][clip_id]["file"], clip_id)
+      if first != clip_id:
+        e = ConversionError("duplicate_file", f"{annotation}: clip {clip_id!r}: field 'file' "
+                            f"{parsed[split][clip_id]['file']!r} is also the file of clip {first!r} (one file per clip)")
+        if not skip_bad:
+          raise e
+        counts.skipped[split][e.reason] += 1
+        del parsed[split][clip_id]
 
   spec = record_spec(feature_dim)
   kept: dict[str, Any] = {}
@@ -207,7 +235,7 @@ def convert(annotation: str, features: str, out: str, feature: str = "resnet", f
     for split in SPLITS:
       for clip_id in list(parsed[split]):
         try:
-          check_clip_features(h5, clip_id, feature, feature_dim, features)
+          check_clip_features(h5, clip_id, feature, feature_dim, features, parsed[split][clip_id]["file"])
         except ConversionError as e:
           if not skip_bad:
             raise
@@ -217,7 +245,8 @@ def convert(annotation: str, features: str, out: str, feature: str = "resnet", f
     def examples(split: str) -> Iterator[dict]:
       for clip_id, clip in parsed[split].items():
         try:
-          video = prepare_video(load_clip_features(h5, clip_id, feature, feature_dim, features), max_frames)
+          video = prepare_video(load_clip_features(h5, clip_id, feature, feature_dim, features, clip["file"]),
+                                max_frames)
         except ConversionError as e:
           if not skip_bad:
             raise
@@ -245,7 +274,7 @@ def convert(annotation: str, features: str, out: str, feature: str = "resnet", f
         continue
       records.write_split(tmp, split, examples(split), spec, num_shards=num_shards)
       written_splits.append(split)
-    extra = set(h5.keys()) - set(ann)
+    extra = set(h5.keys()) - set(owner)
     report_splits = written_splits + (["invalid"] if counts.skipped["invalid"] else [])
     conversion = counts.as_json(report_splits)
     common.check_converted(sum(counts.converted_records.values()),

@@ -32,7 +32,11 @@ def test_every_variant_builds(path):
   built = 0
   for r in range(0, 3):
     for combo in itertools.combinations(variants, r):
-      config = module.get_config(",".join(combo) or None)
+      try:
+        config = module.get_config(",".join(combo) or None)
+      except ValueError as e:  # a pair the config refuses by name (e.g. violin's glove with crossmodal)
+        assert "does not combine" in str(e), (path, combo, e)
+        continue
       assert isinstance(config, ml_collections.ConfigDict)
       assert config.task in projects.TASKS
       # Exactly one duration unit is set for the total.

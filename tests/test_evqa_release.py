@@ -1,6 +1,7 @@
 """ST-Evidence as released (6 fps mp4, masks/, MCQ files) through data_prep/evqa_release.py and the E-VQA converter,
 on the release-shaped fixture (data_prep/fixtures.py); predicted masks named as the release's; the end-to-end run
-(convert -> train the paper config at tiny sizes -> official prediction files -> both evaluators)."""
+(convert -> train our reference model's real-data config at tiny sizes -> official prediction files -> both
+evaluators)."""
 
 import json
 import os
@@ -200,7 +201,7 @@ def _train_split(gen: str, out_dir: str, copies: int = 4) -> tuple[str, str]:
 
 
 def test_release_end_to_end(release, tmp_path):
-  """The release converted (train and test splits) -> the paper config (its model features on; CLIP, the text
+  """The release converted (train and test splits) -> our reference model's real-data config (its model features on; CLIP, the text
   encoder and the heads shrunk) trained 2 steps -> the trainer's evaluation writes the official files (predictions.json, pred_masks/ PNGs
   named as the release's masks, mcq_predictions.json) -> both evaluators, reading the release files as published,
   give the trainer's own numbers."""

@@ -216,7 +216,7 @@ def test_values_that_do_not_survive_float16_name_the_row(tmp_path, capsys):
 
 def test_skip_bad_that_converts_nothing_is_an_error(tmp_path, capsys):
   import h5py
-  ann = {f"c{i}": {"file": "f", "split": "train", "sub": [], "statement": [["p", "n"]]} for i in range(2)}
+  ann = {f"c{i}": {"file": f"c{i}", "split": "train", "sub": [], "statement": [["p", "n"]]} for i in range(2)}
   (tmp_path / "ann.json").write_text(json.dumps(ann))
   with h5py.File(tmp_path / "f.h5", "w") as f:
     f.create_group("c0").create_dataset("resnet_features", data=np.ones((2, DIM + 1)))  # wrong dim: skipped
@@ -228,7 +228,7 @@ def test_skip_bad_that_converts_nothing_is_an_error(tmp_path, capsys):
 
 def test_violin_failure_half_way_leaves_the_old_output_untouched(tmp_path, capsys):
   import h5py
-  ann = {f"c{i}": {"file": "f", "split": s, "sub": [], "statement": [["p", "n"]]}
+  ann = {f"c{i}": {"file": f"c{i}", "split": s, "sub": [], "statement": [["p", "n"]]}  # file: the HDF5 key
          for i, s in enumerate(["train", "test"])}
   (tmp_path / "ann.json").write_text(json.dumps(ann))
   with h5py.File(tmp_path / "f.h5", "w") as f:

@@ -16,12 +16,15 @@ from evqa_jax.data.source import TFRecordDataSource
 
 
 def _clip(split, statements=None, sub=None):
-  return {"file": "x.mp4", "split": split,
+  return {"split": split,
           "sub": sub if sub is not None else [["Hello there.", 0.0, 1.0], ["  General Kenobi!  ", 1.0, 2.5]],
           "statement": statements or [["pos a", "neg a"], ["pos b", "neg b"], ["pos c", "neg c"]]}
 
 
 def _write(tmp_path, ann, feats, key="resnet_features"):
+  for cid, entry in ann.items():  # "file" = the clip id unless a test says otherwise (the release's HDF5 key)
+    if isinstance(entry, dict):
+      entry.setdefault("file", cid)
   a = tmp_path / "violin_annotation.json"
   a.write_text(json.dumps(ann))
   h = tmp_path / "f.h5"
@@ -87,7 +90,8 @@ def test_default_cap_of_256_frames_and_c3d(tmp_path):
 BAD_CASES = [
     # (name, annotation for clip "bad", features for "bad" (None: absent), reason, message fragments)
     ("missing_key", {"file": "x", "split": "train", "sub": []}, np.ones((2, 4)), "missing_field", ["'statement'"]),
-    ("unknown_clip", _clip("train"), None, "unknown_clip_id", ["clip id 'bad'"]),
+    ("unknown_clip", _clip("train"), None, "unknown_clip_id", ["clip id 'bad'", "file 'bad'", "'bad/resnet_features'"]),
+    ("bad_file", {**_clip("train"), "file": "../x"}, np.ones((2, 4)), "bad_clip_id", ["'file'"]),
     ("wrong_dim", _clip("train"), np.ones((2, 5)), "wrong_feature_dim", ["resnet_features", "(2, 5)"]),
     ("bad_pair", _clip("train", [["only one"]]), np.ones((2, 4)), "bad_statement", ["'statement'[0]"]),
     ("bad_split", _clip("dev"), np.ones((2, 4)), "unknown_split", ["'split'", "'dev'"]),
@@ -120,6 +124,33 @@ def test_bad_input(tmp_path, name, entry, feats, reason, fragments):
   assert counts["train"]["converted_clips"] == 1 and counts["train"]["converted_records"] == 3
   assert len(_read(out, "train")) == 3
   assert records.load_metadata(out)["conversion"][split]["skipped_clips"] == {reason: 1}
+
+
+def test_features_are_looked_up_by_the_clips_file(tmp_path):
+  """As the authors' loader: `fin[clip['file'] + '/resnet_features']`, whatever the clip id."""
+  x = np.array([[3.0, 4.0, 0.0, 0.0]], np.float32)
+  ann = {"c1": {**_clip("train"), "file": "show_s01_clip_07"}}
+  a, h = _write(tmp_path, ann, {"show_s01_clip_07": x, "c1": np.ones((2, 4), np.float32)})
+  out = str(tmp_path / "out")
+  violin.convert(a, h, out, feature_dim=4, verbose=False)
+  r = _read(out, "train")[0]
+  assert r["clip_id"] == "c1" and r["video_len"] == 1
+  np.testing.assert_allclose(r["video"], [[0.6, 0.8, 0.0, 0.0]], atol=1e-6)
+  # The file is missing while the clip id is there: one line naming the clip, its file and the HDF5 path.
+  ann = {"c1": {**_clip("train"), "file": "other_name"}}
+  a, h = _write(tmp_path, ann, {"c1": x})
+  with pytest.raises(violin.ConversionError) as e:
+    violin.convert(a, h, str(tmp_path / "o2"), feature_dim=4, verbose=False)
+  assert str(e.value) == (f"{h}: clip id 'c1' (file 'other_name' in the annotation): HDF5 path "
+                          "'other_name/resnet_features' is not in the features file; the clip id is a group there, "
+                          "but the authors' loader reads the file's")
+  # Two clips naming one file (the authors assert one file per clip).
+  ann = {"c1": {**_clip("train"), "file": "f"}, "c2": {**_clip("test"), "file": "f"}}
+  a, h = _write(tmp_path, ann, {"f": x})
+  with pytest.raises(violin.ConversionError, match=r"clip 'c2': field 'file' 'f' is also the file of clip 'c1' \(one file per clip\)"):
+    violin.convert(a, h, str(tmp_path / "o3"), feature_dim=4, verbose=False)
+  counts = violin.convert(a, h, str(tmp_path / "o3"), feature_dim=4, skip_bad=True, verbose=False)
+  assert counts["test"]["skipped_clips"] == {"duplicate_file": 1}
 
 
 def test_cli_prints_counts_and_errors(tmp_path, capsys):

@@ -141,6 +141,46 @@ def load_word_vectors(source: str, max_words: Optional[int] = None) -> WordVecto
   raise FileNotFoundError(f"word vectors {source!r}: {path} is neither a directory nor a file")
 
 
+def lookup_vectors(source: str, words: Sequence[str], dim: int) -> dict:
+  """{word: float32 [dim] vector} for the `words` that the table `source` holds (exact, case-sensitive match).
+
+  A GloVe/word2vec text file is streamed, keeping only the wanted rows (GloVe 840B is 5.6 GB: never held whole);
+  `pkg:glove-6b-50d` and npy+parquet folders are memory-mapped. A table whose vectors are not `dim`-dimensional is
+  an error naming the source. The first row of a duplicated word wins, as in `WordVectors`.
+  """
+  from evqa_jax import pretrained
+
+  wanted = set(words)
+  path = pretrained.resolve(source)
+  if os.path.isdir(path):
+    wv = _read_npy_parquet_dir(path, None)
+    if wv.dim != dim:
+      raise ValueError(f"word vectors {source!r}: {wv.dim}-dimensional, expected {dim}")
+    return {w: wv.vectors[wv.index[w]] for w in wanted if w in wv.index}
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f"word vectors {source!r}: {path} is neither a directory nor a file")
+  out = {}
+  opener = gzip.open if path.endswith(".gz") else open
+  with opener(path, "rt", encoding="utf-8", errors="strict") as f:
+    for line_no, line in enumerate(f, start=1):
+      parts = line.rstrip("\n").rstrip(" ").split(" ")
+      if line_no == 1 and len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
+        if int(parts[1]) != dim:
+          raise ValueError(f"word vectors {source!r}: {parts[1]}-dimensional, expected {dim}")
+        continue
+      if len(parts) - 1 < dim or (line_no <= 2 and len(parts) - 1 != dim):
+        # (the first rows are taken to have one-token words: a 300-d file read as 50-d fails here, not silently)
+        raise ValueError(f"{path}:{line_no}: {len(parts) - 1} values for word {parts[0]!r}, expected {dim} "
+                         f"(word vectors {source!r})")
+      word = " ".join(parts[:len(parts) - dim])
+      if word in wanted and word not in out:
+        try:
+          out[word] = np.asarray(parts[len(parts) - dim:], np.float32)
+        except ValueError as e:
+          raise ValueError(f"{path}:{line_no}: non-numeric vector for word {word!r} (expected {dim} values)") from e
+  return out
+
+
 def cosine_knn(wv: WordVectors,
                queries: np.ndarray,
                k: int,

@@ -41,6 +41,17 @@ Choices, stated exactly:
 - Frame L2 normalisation and the frozen BERT encoder are the caller's (data / task) business.
 - Linear and LSTM parameters are initialised like PyTorch's defaults (U(+-1/sqrt(fan_in))), as in the reference.
 
+Text encoder (`text_encoder`):
+- "projection" (default, BERT features): S = text_fc(statement) as above.
+- "lstm" (the paper's "LSTM encoder" over GloVe word vectors, Table 3's GloVe rows): the statement and subtitle word
+  vectors `[.., L, word_dim]` go through ONE BiLSTM(hsize1 per direction) -> 2 * hsize1 per word, the same LSTM that
+  encodes the projected video (`raw_lstm`; video_fc then projects to embed_size = word_dim). The authors' VIOLIN
+  release has no GloVe code; this is the text path of the TVQA code it is built on (jayleicn/TVQA
+  `model/tvqa_abc.py`: `embedding` -> `lstm_raw` = RNNEncoder(300, hsz1=150, bidirectional), shared by every text
+  stream and by `video_fc(vid)`; no dropout on the word vectors), which ViolinBase keeps for its video
+  (`lstm_raw = RNNEncoder(embed_size, hsize1)`, embed_size documented as "word embedding dim"). Everything after
+  the encoders (attention, fusion LSTM, final MLP, statement-only max-pool) is unchanged.
+
 `params_from_authors_state_dict` converts a checkpoint of the authors' `ViolinBase` into this module's params.
 """
 
@@ -132,6 +143,8 @@ class ViolinBaseline(nn.Module):
     middle_frame: "lower" = index (len-1)//2, "authors" = len//2.
     subtitle_lstm: also run a BiLSTM(150 per direction) over the projected subtitles (off in the authors' code).
     hsize1 / hsize2 / embed_size: the authors' widths (150, 300, 768); tests and CPU demos may shrink them.
+    text_encoder: "projection" (BERT features, text_fc) or "lstm" (word vectors through the BiLSTM shared with the
+      video, `raw_lstm`; needs embed_size == text_dim): see the module docstring.
   """
   feature_dim: int
   text_dim: int = 768
@@ -146,6 +159,7 @@ class ViolinBaseline(nn.Module):
   hsize1: int = HSIZE1
   hsize2: int = HSIZE2
   embed_size: int = EMBED_SIZE
+  text_encoder: str = "projection"
 
   def _check(self, name: str, x, rank: int, last_dim: int | None, batch: int):
     if x is None:
@@ -167,6 +181,12 @@ class ViolinBaseline(nn.Module):
     """
     if self.single_frame and not self.use_video:
       raise ValueError("ViolinBaseline: single_frame=True needs use_video=True")
+    if self.text_encoder not in ("projection", "lstm"):
+      raise ValueError(f"ViolinBaseline: text_encoder must be 'projection' or 'lstm', got {self.text_encoder!r}")
+    if self.text_encoder == "lstm" and self.use_video and self.embed_size != self.text_dim:
+      raise ValueError(f"ViolinBaseline: text_encoder='lstm' shares one BiLSTM between words and the projected "
+                       f"video, so embed_size ({self.embed_size}) must equal the word-vector size text_dim "
+                       f"({self.text_dim})")
     if statement.ndim == 4:  # [b, S, Ls, D]: several statements per clip
       batch, per_clip = statement.shape[:2]
       if statement_mask.shape != statement.shape[:3]:
@@ -197,8 +217,14 @@ class ViolinBaseline(nn.Module):
 
     s_len = lengths_from_mask(statement_mask)
     s_valid = prefix_mask(s_len, statement.shape[1])
-    text_fc = dense(text_width, self.text_dim, ("embed", "mlp"), "text_fc")
-    s_enc = jnp.tanh(text_fc(drop(statement)))
+    lstm = self.text_encoder == "lstm"
+    if lstm:  # TVQA's lstm_raw: one BiLSTM for the words of every text stream and for the projected video
+      raw_lstm = BiLSTM(self.hsize1, dtype=self.dtype, param_dtype=self.param_dtype, name="raw_lstm")
+      encode_text = lambda x, length: raw_lstm(x.astype(self.dtype), length)[0]
+    else:
+      text_fc = dense(text_width, self.text_dim, ("embed", "mlp"), "text_fc")
+      encode_text = lambda x, length: jnp.tanh(text_fc(drop(x)))
+    s_enc = encode_text(statement, s_len)
     s_enc = nn.with_logical_constraint(s_enc, ("batch", "length", "mlp"))
 
     attended = []
@@ -209,13 +235,14 @@ class ViolinBaseline(nn.Module):
         video = jnp.take_along_axis(video, idx[:, None, None], axis=1)
         v_len = jnp.minimum(v_len, 1)
       v_proj = jnp.tanh(dense(self.embed_size, self.feature_dim, ("embed", "mlp"), "video_fc")(drop(video)))
-      v_enc, _ = BiLSTM(self.hsize1, dtype=self.dtype, param_dtype=self.param_dtype, name="video_lstm")(
-          v_proj, v_len)
+      video_lstm = raw_lstm if lstm else BiLSTM(self.hsize1, dtype=self.dtype, param_dtype=self.param_dtype,
+                                                name="video_lstm")
+      v_enc, _ = video_lstm(v_proj, v_len)
       v_len = per_statement(v_len)
       attended.append(masked_dot_attention(s_enc, s_valid, per_statement(v_enc), prefix_mask(v_len, video.shape[1])))
     if self.use_subtitles:
       u_len = lengths_from_mask(subtitle_mask)
-      u_enc = jnp.tanh(text_fc(drop(subtitles)))
+      u_enc = encode_text(subtitles, u_len)
       if self.subtitle_lstm:
         u_enc, _ = BiLSTM(self.hsize1, dtype=self.dtype, param_dtype=self.param_dtype, name="subtitle_lstm")(
             u_enc, u_len)

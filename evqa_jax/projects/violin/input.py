@@ -17,11 +17,20 @@ Text preprocessing (`config.data.text_preprocessing`): `authors` runs statements
 clean_str + lower case (evqa_jax/violin_text.py) before the tokenizer, as their violin_dataset.py; `none` tokenizes the
 text as released. Tokens are [CLS] + word pieces cut to max_len - 2 + [SEP], padded: their tokenize_and_pad.
 
+GloVe text (`config.model.encoder = "glove"`, configs/violin.py:glove, Table 3's GloVe rows): the authors' VIOLIN
+release has no GloVe code, so the text path is that of the TVQA code it is built on (jayleicn/TVQA tvqa_dataset.py):
+words = the preprocessed text lower-cased and split on whitespace, "," tokens dropped, "<eos>" appended
+(`line_to_words`); ids <pad> 0, <unk> 1, <eos> 2, then the words of the training split's statements and subtitles
+that occur at least `config.word_vectors.min_word_count` times (TVQA: 2), in first-seen order (`build_word_vocabulary`);
+other words are <unk>. The table row of a word is its GloVe vector (`config.word_vectors.source`, exact match), else
+N(0, 0.4^2) as TVQA draws it; it is computed once and cached next to the text features (`WordTable`).
+
 Video features are padded (or uniformly subsampled, first and last frame kept) to `config.data.max_frames` with a mask.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import hashlib
 import json
@@ -45,6 +54,78 @@ from evqa_jax.models import encoders
 
 # config.data.text_preprocessing values (see the module docstring).
 TEXT_PREPROCESSING = ("authors", "none")
+
+# TVQA's special words (tvqa_dataset.py word2idx) and the std of the random vectors of words GloVe lacks.
+PAD, UNK, EOS = "<pad>", "<unk>", "<eos>"
+UNKNOWN_WORD_STD = 0.4
+
+
+def glove_words(text: str) -> list[str]:
+  """TVQA's line_to_words: lower case, whitespace split, "," tokens dropped, "<eos>" appended."""
+  return [w for w in text.lower().split() if w != ","] + [EOS]
+
+
+def build_vocabulary(texts, min_count: int) -> list[str]:
+  """[PAD, UNK, EOS] + the words of `texts` (glove_words) seen >= min_count times, in first-seen order."""
+  counts = collections.Counter()
+  for t in texts:
+    counts.update(glove_words(t))
+  specials = [PAD, UNK, EOS]
+  return specials + [w for w in counts if counts[w] >= min_count and w not in specials]
+
+
+class WordTable:
+  """The word vocabulary of the training text and its GloVe-initialised table `[vocab, dim]` float32.
+
+  The table is built once per (GloVe file, vocabulary, dim, seed) and cached as `glove-<key>.npy` in the text-cache
+  folder (reading GloVe 840B takes minutes).
+  """
+
+  def __init__(self, words: list[str], source: str, dim: int, seed: int, cache_dir: str):
+    self.words = words
+    self.index = {w: i for i, w in enumerate(words)}
+    self.source, self.dim, self.seed, self.cache_dir = source, int(dim), int(seed), cache_dir
+
+  def __len__(self) -> int:
+    return len(self.words)
+
+  def ids(self, text: str, max_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, mask) `[max_len]` int32 of a preprocessed text; words beyond max_len are cut (the last may be <eos>)."""
+    ids = [self.index.get(w, 1) for w in glove_words(text)][:max_len]
+    out = np.zeros((max_len,), np.int32)
+    out[:len(ids)] = ids
+    mask = np.zeros((max_len,), np.int32)
+    mask[:len(ids)] = 1
+    return out, mask
+
+  def _key(self) -> str:
+    path = pretrained.resolve(self.source)
+    stat = os.stat(path) if os.path.isfile(path) else None
+    src = json.dumps({"source": os.path.abspath(path), "size": stat.st_size if stat else None,
+                      "mtime": stat.st_mtime if stat else None, "dim": self.dim, "seed": self.seed,
+                      "words": hashlib.sha1("\n".join(self.words).encode()).hexdigest()}, sort_keys=True)
+    return hashlib.sha1(src.encode()).hexdigest()[:16]
+
+  def matrix(self) -> np.ndarray:
+    """`[vocab, dim]` float32: GloVe vectors where GloVe has the word, N(0, 0.4^2) (seeded) elsewhere."""
+    from evqa_jax.graphs import word_vectors  # only the GloVe path reads word vectors
+    os.makedirs(self.cache_dir, exist_ok=True)
+    path = os.path.join(self.cache_dir, f"glove-{self._key()}.npy")
+    with io_lib.file_lock(os.path.join(self.cache_dir, ".lock")):
+      if not os.path.exists(path):
+        t0 = time.time()
+        print(f"word table: looking up {len(self.words)} words in {self.source} -> {path}", flush=True)
+        found = word_vectors.lookup_vectors(self.source, self.words, self.dim)
+        table = (np.random.default_rng(self.seed).standard_normal((len(self.words), self.dim)) *
+                 UNKNOWN_WORD_STD).astype(np.float32)
+        for i, w in enumerate(self.words):
+          if w in found:
+            table[i] = found[w]
+        with io_lib.atomic_path(path) as tmp:
+          with open(tmp, "wb") as f:
+            np.save(f, table)
+        print(f"word table: {len(found)} of {len(self.words)} words in GloVe ({time.time() - t0:.0f}s)", flush=True)
+      return np.load(path)
 
 
 def frame_indices(num_frames: int, max_frames: int) -> np.ndarray:
@@ -217,7 +298,16 @@ class Input:
     if dc.text_preprocessing not in TEXT_PREPROCESSING:
       raise ValueError(f"config.data.text_preprocessing = {dc.text_preprocessing!r}: expected one of "
                        f"{TEXT_PREPROCESSING}")
-    self.tokenizer = pretrained.load_tokenizer(config.pretrained)
+    self.words = None
+    if config.model.get("encoder") == "glove":  # word ids over the training text's vocabulary (module docstring)
+      wc = config.word_vectors
+      train = [self.model_text(t, kind) for kind in ("statement", "subtitle")
+               for t in self.texts(kind, [dc.train_split])]
+      self.words = WordTable(build_vocabulary(train, wc.min_word_count), wc.source, wc.dim, config.seed,
+                             self.text_cache_dir())
+      self.tokenizer = None
+    else:
+      self.tokenizer = pretrained.load_tokenizer(config.pretrained)
     self._encoder = None
     self._caches: dict[str, TextFeatureCache] = {}
 
@@ -242,8 +332,18 @@ class Input:
       return text
     return violin_text.statement_text(text) if kind == "statement" else violin_text.subtitles_text([text])
 
+  def text_cache_dir(self) -> str:
+    dc = self.config.data
+    cache_dir = os.path.expanduser(dc.text_cache_dir) if dc.text_cache_dir else os.path.join(self.data_dir,
+                                                                                           "text_cache")
+    if io_lib.is_uri(cache_dir):  # memory-mapped: on this host's disk, under the cache of staged inputs
+      cache_dir = os.path.join(io_lib.cache_root(), "violin_text_cache", *cache_dir.split("://", 1))
+    return cache_dir
+
   def tokenize(self, text: str, kind: str) -> tuple[np.ndarray, np.ndarray]:
     """A raw statement or subtitles string -> (ids, mask) `[max_len(kind)]` int32, preprocessed first."""
+    if self.words is not None:
+      return self.words.ids(self.model_text(text, kind), self.max_len(kind))
     enc = self.tokenizer(self.model_text(text, kind), max_length=self.max_len(kind), truncation=True,
                          padding="max_length")
     return np.asarray(enc["input_ids"], np.int32), np.asarray(enc["attention_mask"], np.int32)
@@ -285,10 +385,7 @@ class Input:
     dc = self.config.data
     texts = self.texts(kind)
     key, key_src = self.cache_key(kind, texts)
-    cache_dir = os.path.expanduser(dc.text_cache_dir) if dc.text_cache_dir else os.path.join(self.data_dir,
-                                                                                           "text_cache")
-    if io_lib.is_uri(cache_dir):  # memory-mapped: on this host's disk, under the cache of staged inputs
-      cache_dir = os.path.join(io_lib.cache_root(), "violin_text_cache", *cache_dir.split("://", 1))
+    cache_dir = self.text_cache_dir()
     os.makedirs(cache_dir, exist_ok=True)
     path = os.path.join(cache_dir, f"{kind}-{key}")
     with io_lib.file_lock(os.path.join(cache_dir, ".lock")):

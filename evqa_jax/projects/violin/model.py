@@ -4,6 +4,9 @@
               BERT-family encoder (`BaselineModel` below). The statement and the subtitles go through the encoder
               (last layer, one shared encoder); the features are under stop_gradient and the encoder's parameters live
               under `text_encoder/`, which `config.trainable` (default "^baseline/") leaves frozen.
+              With `encoder="glove"` (configs/violin.py:glove, Table 3's GloVe rows) the text is word ids instead:
+              a GloVe-initialised embedding table `word_embeddings/embedding [vocab, word_dim]` (trainable as in
+              TVQA unless config.trainable leaves it out) feeds the baseline's LSTM text encoder.
   crossmodal  crossmodal.ViolinCrossModal (a BERT-family LM over [video tokens; statement; subtitles] with a
               classification head): a single joint encoder, so no cached text features.
   bert_mlm    `BertMLM` below: the BERT fine-tuning stage on VIOLIN text (masked LM) that runs before the encoder is
@@ -49,10 +52,14 @@ class BaselineModel(nn.Module):
   dtype: str = "float32"
   encoder_config: Any = None
   feature_dim: int = 0
+  vocab_size: int = 0  # glove: rows of the word table (the data's vocabulary)
+  word_dim: int = 0  # glove: word-vector size (300 for GloVe 840B / 6B 300d)
 
   @property
   def lm_config(self):
-    """The frozen text encoder's config: `encoder_config` at this model's dtype."""
+    """The frozen text encoder's config: `encoder_config` at this model's dtype (None for GloVe)."""
+    if self.encoder == "glove":
+      return None
     return dataclasses.replace(self.encoder_config, dtype=pretrained.dtype(self.dtype))
 
   def _encode(self, encoder, ids, mask):
@@ -61,10 +68,18 @@ class BaselineModel(nn.Module):
 
   @nn.compact
   def __call__(self, batch: dict, deterministic: bool = True):
-    lm_config = self.lm_config
-    hidden = lm_config.hidden_size
     dtype = pretrained.dtype(self.dtype)
-    if self.text_features == "online":
+    glove = self.encoder == "glove"
+    if glove:
+      # Word ids -> word vectors; the table is loaded from GloVe by the task (load_pretrained).
+      embed = nn.Embed(self.vocab_size, self.word_dim, param_dtype=jnp.float32, name="word_embeddings",
+                       embedding_init=nn.with_logical_partitioning(nn.initializers.normal(0.4), ("vocab", "embed")))
+      hidden = self.word_dim
+      statement = embed(batch["statement_ids"])
+      subtitles = embed(batch["subtitle_ids"]) if self.use_subtitles else None
+    elif self.text_features == "online":
+      lm_config = self.lm_config
+      hidden = lm_config.hidden_size
       encoder = encoders.ENCODERS[self.encoder](lm_config, name="text_encoder")
       b, _, ls = batch["statement_ids"].shape
       # [b, 2, Ls] -> [2b, Ls] interleaved (row 2i positive, 2i+1 negative of pair i): rows stay on their shard.
@@ -73,13 +88,14 @@ class BaselineModel(nn.Module):
       subtitles = (self._encode(encoder, batch["subtitle_ids"], batch["subtitle_mask"])
                    if self.use_subtitles else None)
     else:
+      hidden = self.lm_config.hidden_size
       statement = batch["statement_feat"]
       subtitles = batch["subtitle_feat"] if self.use_subtitles else None
     model = baseline_lib.ViolinBaseline(
         feature_dim=self.feature_dim, text_dim=hidden, use_video=self.use_video, use_subtitles=self.use_subtitles,
         single_frame=self.single_frame, dropout=self.dropout, dtype=dtype, middle_frame=self.middle_frame,
         subtitle_lstm=self.subtitle_lstm, hsize1=self.hsize1, hsize2=self.hsize2, embed_size=self.embed_size,
-        name="baseline")
+        text_encoder="lstm" if glove else "projection", name="baseline")
     return model(statement.astype(dtype), batch["statement_mask"],
                  subtitles, batch.get("subtitle_mask") if self.use_subtitles else None,
                  batch.get("video") if self.use_video else None,

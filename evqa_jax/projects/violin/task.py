@@ -33,13 +33,23 @@ class Task(base.Task):
       raise ValueError(f"config.model.text_features = {mc.text_features!r}: expected 'online' or 'cached'")
     if mc.single_frame and not mc.use_video:
       raise ValueError("config.model.single_frame = True needs config.model.use_video = True")
+    self.glove = not crossmodal and mc.encoder == "glove"
+    if self.glove and mc.text_features != "online":
+      raise ValueError(f"config.model.text_features = {mc.text_features!r}: the GloVe text encoder (an embedding "
+                       "table and an LSTM, both trained) has no frozen features to cache; use 'online'")
     self.online = crossmodal or mc.text_features == "online"
     self.input = input_lib.Input(config, online=self.online)
     self.pretrained_dir = pretrained.checkpoint_dir(config.pretrained)
     if crossmodal and config.pretrained.init_from:
       raise ValueError("config.pretrained.init_from (the BERT fine-tuning stage's workdir) is read by the baseline "
                        "model only; the crossmodal model starts from config.pretrained.dir")
-    if crossmodal:  # the LM reads the frames itself: one visual token per frame slot
+    if self.glove and config.pretrained.init_from:
+      raise ValueError("config.pretrained.init_from (the BERT fine-tuning stage's workdir) has no use with the GloVe "
+                       "text encoder (config.model.encoder = 'glove'); leave it empty")
+    if self.glove:  # word ids -> GloVe table (load_pretrained) -> the baseline's LSTM text encoder
+      self.model = cls(**mc, feature_dim=self.input.feature_dim, vocab_size=len(self.input.words),
+                       word_dim=config.word_vectors.dim)
+    elif crossmodal:  # the LM reads the frames itself: one visual token per frame slot
       encoder_config = pretrained.encoder_config(mc.encoder, config.pretrained, num_visual_tokens=dc.max_frames,
                                                  visual_dim=self.input.feature_dim)
       self.model = cls(**mc, encoder_config=encoder_config)
@@ -84,7 +94,8 @@ class Task(base.Task):
   # -- model ----------------------------------------------------------------------------------------------------
   def _dummy_batch(self):
     mc, dc = self.config.model, self.config.data
-    ls, lu, h = dc.max_statement_tokens, dc.max_subtitle_tokens, self.encoder_config.hidden_size
+    ls, lu = dc.max_statement_tokens, dc.max_subtitle_tokens
+    h = None if self.online else self.encoder_config.hidden_size
     batch = {"statement_mask": jnp.ones((1, 2, ls), jnp.int32)}
     if self.online:
       batch["statement_ids"] = jnp.ones((1, 2, ls), jnp.int32)
@@ -106,6 +117,13 @@ class Task(base.Task):
 
   def load_pretrained(self, params: dict) -> dict:
     params = dict(params)
+    if "word_embeddings" in params:  # GloVe: the table of the training text's words
+      table = self.input.words.matrix()
+      want = params["word_embeddings"]["embedding"].shape
+      if table.shape != want:
+        raise ValueError(f"word table {table.shape} from {self.config.word_vectors.source!r} does not fit the "
+                         f"model's word_embeddings {want}")
+      params["word_embeddings"] = {"embedding": table}
     if "text_encoder" in params:
       enc = self.encoder_params()
       ours = jax.tree.structure(params["text_encoder"])
@@ -150,8 +168,8 @@ class Task(base.Task):
     mc = self.config.model
     inputs = ["statement"] + (["subtitles"] if mc.use_subtitles else []) + (
         ["video (single middle frame)" if mc.single_frame else "video"] if mc.use_video else [])
-    features = "online" if self.online else "cached"
-    return (f"VIOLIN {self.config.model_name} ({mc.encoder} text, {features} features; inputs: "
+    features = ("GloVe words, LSTM" if self.glove else "online features" if self.online else "cached features")
+    return (f"VIOLIN {self.config.model_name} ({mc.encoder} text, {features}; inputs: "
             f"{' + '.join(inputs)}; {self.config.data.feature} features)")
 
 
