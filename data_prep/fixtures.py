@@ -13,6 +13,8 @@ says where that layout comes from (the authors' loader code read for this module
   deberta_v2_dir        Hugging Face microsoft/deberta-v2-xlarge folder (config.json, spm.model, pytorch_model.bin,
                         tokenizer_config.json)
   frozenbilm_checkpoint FrozenBiLM's released .pth ({"model": state_dict, "optimizer", "epoch", "args"})
+  distilbert_dir        Hugging Face distilbert-base-uncased folder (config.json, vocab.txt, model.safetensors)
+  justask_checkpoint    Just Ask's released VQA-T .pth (the DataParallel state dict, "module." keys)
   msrvtt_qa             FrozenBiLM / Just Ask MSRVTT-QA folder (train/val/test.csv, vocab.json, clipvitl14.pth)
   ovqa_authors_files    OVQA's train_vocab.json, test_vocab.json, ans2cat.json and answer_graph/*.pth
   violin_release        VIOLIN's violin_annotation.json and all_res101_pool5_feat.h5
@@ -161,6 +163,91 @@ def frozenbilm_checkpoint(path: str, hf_state_dict: dict, config: dict, features
   args = argparse.Namespace(model_name="microsoft/deberta-v2-xlarge", max_feats=10, features_dim=features_dim,
                             ds_factor_attn=ds_factor, ds_factor_ff=ds_factor, use_video=True)
   torch.save({"model": sd, "optimizer": {"state": {}, "param_groups": []}, "epoch": 9, "args": args}, path)
+  return sd
+
+
+def distilbert_dir(root: str, sentences=CORPUS, hidden: int = 32, layers: int = 2, heads: int = 4,
+                   max_positions: int = 64, seed: int = 0) -> dict:
+  """A Hugging Face `distilbert-base-uncased` folder in miniature: config.json (model_type distilbert, its keys:
+  dim, n_layers, n_heads, hidden_dim, activation, dropout, attention_dropout, sinusoidal_pos_embds), vocab.txt (a
+  WordPiece vocabulary of the corpus words, lower-cased, with [PAD] = 0, [UNK], [CLS], [SEP], [MASK] as in the real
+  one's first rows), tokenizer_config.json and model.safetensors of a random `DistilBertModel` (every tensor
+  perturbed: HF initialises LayerNorms to 1/0 and biases to 0, which would hide mapping mistakes). Just Ask loads
+  it with `DistilBertTokenizer.from_pretrained` / `DistilBertModel.from_pretrained("distilbert-base-uncased")`.
+
+  Returns {"path", "config", "state_dict" (torch tensors)}.
+  """
+  import re
+  import torch
+  import transformers
+  os.makedirs(root, exist_ok=True)
+  words = sorted({w for s in sentences for w in re.findall(r"[a-z0-9]+|[^a-z0-9\s]", s.lower())})
+  vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words
+  with open(os.path.join(root, "vocab.txt"), "w") as f:
+    f.write("\n".join(vocab) + "\n")
+  config = transformers.DistilBertConfig(
+      vocab_size=len(vocab), dim=hidden, n_layers=layers, n_heads=heads, hidden_dim=4 * hidden,
+      max_position_embeddings=max_positions, activation="gelu", dropout=0.1, attention_dropout=0.1, pad_token_id=0)
+  torch.manual_seed(seed)
+  model = transformers.DistilBertModel(config).eval()
+  g = torch.Generator().manual_seed(seed)
+  with torch.no_grad():
+    for p in model.parameters():
+      p.add_(0.1 * torch.randn(p.shape, generator=g))
+  model.save_pretrained(root)
+  transformers.DistilBertTokenizerFast(vocab_file=os.path.join(root, "vocab.txt"), do_lower_case=True
+                                       ).save_pretrained(root)
+  return {"path": root, "config": config.to_dict(),
+          "state_dict": {k: v.clone() for k, v in model.state_dict().items()}}
+
+
+def justask_checkpoint(path: str, distilbert_state_dict: dict, word_dim: int, feature_dim: int = 1024,
+                       d_model: int = 512, n_layers: int = 2, ff_dim: int = 2048, question_len: int = 20,
+                       num_frames: int = 20, seed: int = 1) -> dict:
+  """Just Ask's released VQA-T checkpoint (e.g. ckpt_pt_howtovqa69m.pth, ckpt_ft_msrvttqa.pth) in miniature.
+
+  Layout from github.com/antoyang/just-ask: main_videoqa.py saves `model.state_dict()` of `nn.DataParallel(
+  MMT_VideoQA(...))`, so every key starts with "module."; model/multimodal_transformer.py and
+  model/language_model.py give the names: bert.bert.* (the question DistilBERT, `Bert().bert`), amodel.bert.bert.*
+  and amodel.linear_text (the answer encoder), linear_video / norm_video, linear_question / norm_question,
+  position.{position_embeddings (the frozen sinusoidal table of Q + T rows), modality_embedding, LayerNorm},
+  mmt.layer.N.{attention.{q,k,v,out}_lin, sa_layer_norm, ffn.lin1, ffn.lin2, output_layer_norm}, vqproj.1 (after a
+  Dropout in an nn.Sequential), the MLM head vocab_transform / vocab_norm / vocab_projector and the pretraining's
+  crossmodal_matching. Both DistilBERTs start from `distilbert_state_dict` (the answer one perturbed, so a mix-up
+  of the two shows). Returns the state dict written (without the "module." prefix).
+  """
+  import torch
+  g = torch.Generator().manual_seed(seed)
+
+  def rnd(*shape, base=0.0):
+    return base + 0.05 * torch.randn(*shape, generator=g)
+
+  sd = {}
+  for k, v in distilbert_state_dict.items():
+    sd[f"bert.bert.{k}"] = v.clone()
+    sd[f"amodel.bert.bert.{k}"] = v + rnd(*v.shape) if v.is_floating_point() else v.clone()
+  vocab_size = distilbert_state_dict["embeddings.word_embeddings.weight"].shape[0]
+  linears = {"amodel.linear_text": (d_model, word_dim), "linear_video": (d_model, feature_dim),
+             "linear_question": (d_model, word_dim), "vqproj.1": (d_model, d_model),
+             "vocab_transform": (d_model, d_model), "vocab_projector": (vocab_size, d_model),
+             "crossmodal_matching": (1, d_model)}
+  for i in range(n_layers):
+    for name in ("q_lin", "k_lin", "v_lin", "out_lin"):
+      linears[f"mmt.layer.{i}.attention.{name}"] = (d_model, d_model)
+    linears[f"mmt.layer.{i}.ffn.lin1"] = (ff_dim, d_model)
+    linears[f"mmt.layer.{i}.ffn.lin2"] = (d_model, ff_dim)
+  for name, (out, inp) in linears.items():
+    sd[f"{name}.weight"], sd[f"{name}.bias"] = rnd(out, inp), rnd(out)
+  norms = ["norm_video", "norm_question", "position.LayerNorm", "vocab_norm"]
+  norms += [f"mmt.layer.{i}.{n}" for i in range(n_layers) for n in ("sa_layer_norm", "output_layer_norm")]
+  for name in norms:
+    sd[f"{name}.weight"], sd[f"{name}.bias"] = rnd(d_model, base=1.0), rnd(d_model)
+  pos = np.arange(question_len + num_frames, dtype=np.float64)[:, None] / np.power(
+      10000, 2 * (np.arange(d_model)[None] // 2) / d_model)
+  table = np.where(np.arange(d_model)[None] % 2 == 0, np.sin(pos), np.cos(pos))
+  sd["position.position_embeddings.weight"] = torch.tensor(table, dtype=torch.float32)
+  sd["position.modality_embedding.weight"] = rnd(2, d_model)
+  torch.save({f"module.{k}": v for k, v in sd.items()}, path)
   return sd
 
 
