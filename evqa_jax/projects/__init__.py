@@ -6,7 +6,7 @@ Imported lazily so that one project's dependencies do not load the others. A new
 import importlib
 
 TASKS = {
-    "ovqa": "evqa_jax.projects.ovqa.task:Task",
+    "ovqa": "evqa_jax.projects.ovqa.task:make_task",  # FrozenBiLM+ or JustAsk+ (config.model.backbone)
     "violin": "evqa_jax.projects.violin.task:make_task",  # the task, or its BERT fine-tuning stage
     "evqa": "evqa_jax.projects.evqa.task:Task",
 }

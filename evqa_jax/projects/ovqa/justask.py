@@ -90,6 +90,8 @@ class Model(nn.Module):
     d_model, n_layers, n_heads, d_ff, dropout: the multi-modal transformer (the authors' --embd_dim, --n_layers,
       --n_heads, --ff_dim, --dropout).
     mlm_prob: the authors' --mlm_prob: probability of masking a question token for the auxiliary MLM loss (0: off).
+    freeze_answer_encoder: the answer encoder (`amodel`) under stop-gradient and out of the trained parameters
+      (JustAsk+'s second stage, which trains the GNN verbalizer over a fixed answer encoder).
     dtype: compute dtype name; remat: per-layer jax.checkpoint policy of the three transformers.
     text_config: the DistilBERT (or BERT) architecture of both text towers (`distilbert.config_from_dict`).
     feature_dim: frame feature size F; num_frames: T; question_len: Q (config.data.max_tokens).
@@ -103,6 +105,7 @@ class Model(nn.Module):
   d_ff: int = 2048
   dropout: float = 0.1
   mlm_prob: float = 0.0
+  freeze_answer_encoder: bool = False
   dtype: str = "float32"
   remat: str = "none"
   text_config: Any = None
@@ -191,7 +194,7 @@ class Model(nn.Module):
 
   def answer_embeddings(self, vocab, deterministic: bool = True):
     """-> `[A, d_model]` embeddings of the (padded) active answer vocabulary, verbalized when configured."""
-    answers = self.amodel(vocab["answer_tokens"], vocab["answer_token_mask"], deterministic)
+    answers = self._answers(vocab["answer_tokens"], vocab["answer_token_mask"], deterministic)
     if self.verbalizer is None:
       return answers
     if "node_features" in vocab:
@@ -199,11 +202,15 @@ class Model(nn.Module):
                        "authors' graphs, made with FrozenBiLM's DeBERTa); JustAsk+ embeds the node words with its "
                        "own answer encoder: build GloVe graphs (python data_prep/answer_graphs.py --data DIR)")
     # The graph's first A nodes are the answers themselves (same tokens): Eq. 7's V is theirs.
-    nodes = self.amodel(vocab["node_tokens"], vocab["node_token_mask"], deterministic)
+    nodes = self._answers(vocab["node_tokens"], vocab["node_token_mask"], deterministic)
     graph = jraph.GraphsTuple(nodes=nodes, edges=None, globals=None, senders=vocab["senders"],
                               receivers=vocab["receivers"], n_node=vocab["n_node"], n_edge=vocab["n_edge"])
     return self.verbalizer_module(graph, vocab["answer_mask"].shape[0], vocab["is_base"],
                                   **(self.verbalizer_call or {}))
+
+  def _answers(self, ids, mask, deterministic: bool):
+    out = self.amodel(ids, mask, deterministic or self.freeze_answer_encoder)  # a frozen encoder: no dropout
+    return jax.lax.stop_gradient(out) if self.freeze_answer_encoder else out
 
   def __call__(self, batch, vocab, deterministic: bool = True):
     """-> logits `[b, A]` over the padded answer vocabulary (padding at the float32 minimum)."""
