@@ -10,6 +10,8 @@ from configs import common
 
 VARIANTS = {"demo", "cvqa", "cvqa_mlp", "baseline", "authors_eps", "bf16", "small", "tiny", "scale", "xxlarge",
             "shapes_only", "justask"}
+# Variant pairs refused with a ValueError (FrozenBiLM-only variants with the JustAsk backbone).
+INCOMPATIBLE = (("justask", "cvqa_mlp"), ("justask", "xxlarge"))
 
 # DeBERTa-v2-xlarge shapes (microsoft/deberta-v2-xlarge config.json).
 DEBERTA_V2_XLARGE = dict(

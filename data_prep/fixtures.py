@@ -517,16 +517,36 @@ def evqa_release(root: str, height: int = 24, width: int = 32, seed: int = 0, ma
           "mask_options": mask_opts, "spatial": spatial}
 
 
+# Just Ask's checkpoint in the OVQA fixture: the multi-modal transformer at toy width (docs/justask.md passes the
+# matching --config.model.* overrides).
+JUSTASK_FIXTURE = dict(d_model=32, n_layers=2, ff_dim=64, question_len=20, num_frames=20, feature_dim=1024)
+
+
+def s3d_features(path: str, frames: dict, seed: int = 2) -> dict:
+  """Just Ask's `s3d.pth` (args.features_path; main_videoqa.py: `features = torch.load(path)`, then
+  `features[video_id]`): a torch.save'd dict {video_id: float32 tensor [T_video, 1024]} of S3D clip features."""
+  import torch
+  rng = np.random.default_rng(seed)
+  feats = {v: rng.normal(size=(n, 1024)).astype(np.float32) for v, n in frames.items()}
+  torch.save({v: torch.from_numpy(x) for v, x in feats.items()}, path)
+  return feats
+
+
 def write_ovqa(root: str) -> dict:
-  """OVQA on MSRVTT-QA: root/models/{deberta-v2-xlarge/, frozenbilm.pth}, root/MSRVTT-QA/ (FrozenBiLM's CSVs and
-  clipvitl14.pth) and root/meta_data/msrvtt/ (the OVQA release's vocabularies, categories and answer graphs)."""
+  """OVQA on MSRVTT-QA: root/models/{deberta-v2-xlarge/, frozenbilm.pth, distilbert-base-uncased/,
+  ckpt_pt_howtovqa69m.pth}, root/MSRVTT-QA/ (FrozenBiLM's CSVs, clipvitl14.pth and Just Ask's s3d.pth) and
+  root/meta_data/msrvtt/ (the OVQA release's vocabularies, categories and answer graphs)."""
   deb = deberta_v2_dir(os.path.join(root, "models", "deberta-v2-xlarge"))
   frozenbilm_checkpoint(os.path.join(root, "models", "frozenbilm.pth"), deb["state_dict"], deb["config"])
+  dist = distilbert_dir(os.path.join(root, "models", "distilbert-base-uncased"))
+  justask_checkpoint(os.path.join(root, "models", "ckpt_pt_howtovqa69m.pth"), dist["state_dict"],
+                     word_dim=dist["config"]["dim"], **JUSTASK_FIXTURE)
   rel = msrvtt_qa(os.path.join(root, "MSRVTT-QA"))
+  s3d_features(os.path.join(root, "MSRVTT-QA", "s3d.pth"), {v: len(x) for v, x in rel["features"].items()})
   authors = ovqa_authors_files(os.path.join(root, "meta_data", "msrvtt"),
                                [a for _, a, _ in MSRVTT_ROWS["train"]], [a for _, a, _ in MSRVTT_ROWS["test"]],
                                embed_dim=deb["config"]["hidden_size"])
-  return {"deberta": deb["path"], "msrvtt_qa": rel["dir"], "meta_data": authors["dir"]}
+  return {"deberta": deb["path"], "msrvtt_qa": rel["dir"], "meta_data": authors["dir"], "distilbert": dist["path"]}
 
 
 def write_violin(root: str) -> dict:

@@ -356,3 +356,45 @@ def test_justask_plus_second_stage(stage1, tmp_path, capsys):
   w = after["trainable"]["verbalizer"]
   assert any(not np.allclose(x, np.eye(x.shape[0])) for x in jax.tree.leaves(w) if x.ndim == 2)
   assert not np.array_equal(before["trainable"]["vqproj"]["kernel"], after["trainable"]["vqproj"]["kernel"])
+
+
+def test_release_end_to_end(tmp_path, capsys):
+  """The release-shaped files (python -m data_prep.fixtures --paper ovqa: Just Ask's s3d.pth and
+  ckpt_pt_howtovqa69m.pth, a distilbert-base-uncased folder, the OVQA authors' vocabularies) -> data_prep.ovqa at
+  20 S3D frames -> GloVe answer graphs -> the paper's :justask,baseline config from the authors' checkpoint (stage 1)
+  -> :justask (the GNN verbalizer, stage 2) from stage 1's workdir -> its predictions scored by the official command
+  with the authors' ans2cat / test_vocab. The multi-modal transformer is the fixture's 32 wide."""
+  import json
+  from configs import ovqa_msrvtt
+  from data_prep import answer_graphs, ovqa as prep
+  from evqa_jax.evaluate import ovqa as ovqa_eval
+  from evqa_jax.train import train_and_evaluate
+  fixtures.main(["--out", str(tmp_path / "fx"), "--paper", "ovqa"])
+  root = tmp_path / "fx" / "ovqa"
+  out = str(tmp_path / "records_s3d")
+  prep.convert(str(root / "MSRVTT-QA"), str(root / "MSRVTT-QA" / "s3d.pth"), out, num_frames=20, feature_dim=1024,
+               authors_vocab=str(root / "meta_data" / "msrvtt"), verbose=False)
+  answer_graphs.main(["--data", out])
+
+  def config(variant, init_from):
+    c = ovqa_msrvtt.get_config(variant)
+    c.data.dir, c.pretrained.dir, c.pretrained.init_from = out, str(root / "models" / "distilbert-base-uncased"), init_from
+    c.model.d_model, c.model.d_ff, c.model.n_heads = 32, 64, 4  # fixtures.JUSTASK_FIXTURE
+    c.batch_size = c.eval_batch_size = 8  # the 8 test devices (conftest)
+    c.total_epochs, c.eval_every_epochs, c.checkpoint_every_epochs = None, None, None
+    c.total_steps, c.eval_every_steps, c.checkpoint_every_steps, c.log_every_steps = 2, 2, 2, 1
+    return c
+
+  stage1, stage2 = tmp_path / "stage1", tmp_path / "stage2"
+  train_and_evaluate(config("justask,baseline", str(root / "models" / "ckpt_pt_howtovqa69m.pth")), str(stage1))
+  log = capsys.readouterr().out
+  assert "Initialised from Just Ask checkpoint" in log and "unused checkpoint keys" not in log.split("\n")[0]
+  train_and_evaluate(config("justask", str(stage1)), str(stage2))
+  assert "Initialised from step 2 of" in capsys.readouterr().out
+  final = json.loads((stage2 / "final_metrics.json").read_text())
+  official = ovqa_eval.main(["--test-csv", os.path.join(out, "test.csv"),
+                             "--ans2cat", str(root / "meta_data" / "msrvtt" / "ans2cat.json"),
+                             "--test-vocab", str(root / "meta_data" / "msrvtt" / "test_vocab.json"),
+                             "--pred", str(stage2 / "eval" / "test_step2" / "predictions.csv"),
+                             "--out", str(tmp_path / "official.json")])
+  assert official["total"] == final["eval"]["test"]["total"]
