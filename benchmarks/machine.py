@@ -23,6 +23,7 @@ import datetime
 import importlib.metadata
 import os
 import platform
+import subprocess
 import sys
 import time
 
@@ -31,22 +32,30 @@ PACKAGES = ("jax", "jaxlib", "flax", "optax", "numpy", "torch", "transformers")
 CPU_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16", "avx512_fp16",
              "avx_vnni", "amx_tile", "amx_bf16", "amx_int8")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# What a benchmark's figures depend on: the code it runs and its own script.
+CODE_PATHS = ("evqa_jax", "configs", "data_prep", "launch", "benchmarks")
 DEFAULT_MAX_FOREIGN_CORES = 0.2
 DEFAULT_MAX_STEAL_CORES = 0.1
 DEFAULT_MAX_LOAD_PER_CORE = 1.0
 
 
-def _io():
-  """evqa_jax.io (git and /proc/cpuinfo probes shared with training records), importable from any benchmark."""
-  if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
-  from evqa_jax import io  # pylint: disable=g-import-not-at-top
-  return io
+def cpuinfo() -> dict:
+  """The first processor's fields in /proc/cpuinfo ("model name", "flags", ...; {} where there is none, e.g. macOS)."""
+  try:
+    with open("/proc/cpuinfo") as f:
+      first = f.read().split("\n\n")[0]
+  except OSError:
+    return {}
+  info = {}
+  for line in first.splitlines():
+    key, _, value = line.partition(":")
+    info[key.strip()] = value.strip()
+  return info
 
 
 def describe() -> dict:
   """CPU model, vector/matrix flags, cores, hypervisor, OS, library versions and XLA flags of this machine."""
-  info = _io().cpuinfo()
+  info = cpuinfo()
   flags = set(info.get("flags", "").split())
   try:
     usable_cores = len(os.sched_getaffinity(0))
@@ -85,15 +94,19 @@ def cpu_id(info: dict) -> dict:
 
 
 def git_commit() -> str | None:
-  """The repository's HEAD commit, with "+dirty" when the code a figure times (the library, configs, data_prep,
-  launch and the benchmark scripts) differs from it (None outside a git checkout), so that a figure names the code
-  it timed: `evqa_jax.io.code_version` over those paths. Outputs (docs/benchmarks/, e.g. a table a benchmark is
-  writing row by row) and the README are not part of a figure."""
-  io = _io()
-  version = io.code_version(paths=io.CODE_PATHS + ("benchmarks",))
-  if not version:
+  """The repository's HEAD commit, with "+dirty" when the code a figure times (CODE_PATHS: the library, configs,
+  data_prep, launch and the benchmark scripts) differs from it (None outside a git checkout), so that a figure names
+  the code it timed. Outputs (docs/benchmarks/, e.g. a table a benchmark is writing row by row) and the README are
+  not part of a figure."""
+  try:
+    head, status = (subprocess.run(["git", "-C", ROOT, *args], capture_output=True, text=True, timeout=10)
+                    for args in (("rev-parse", "HEAD"),
+                                 ("status", "--porcelain", "--untracked-files=no", "--", *CODE_PATHS)))
+  except (OSError, subprocess.SubprocessError):
     return None
-  return version["commit"] + ("+dirty" if version["dirty"] else "")
+  if head.returncode or status.returncode:
+    return None
+  return head.stdout.strip() + ("+dirty" if status.stdout.strip() else "")
 
 
 def _cpu_seconds():

@@ -9,7 +9,9 @@ import ml_collections
 from configs import common
 
 VARIANTS = {"demo", "cvqa", "cvqa_mlp", "baseline", "paper", "released", "authors_eps", "bf16", "small", "tiny",
-            "scale", "xxlarge", "shapes_only"}
+            "scale", "xxlarge", "shapes_only", "justask"}
+# Variant pairs refused with a ValueError (FrozenBiLM-only variants with the JustAsk backbone).
+INCOMPATIBLE = (("justask", "cvqa_mlp"), ("justask", "xxlarge"))
 
 # DeBERTa-v2-xlarge shapes (microsoft/deberta-v2-xlarge config.json).
 DEBERTA_V2_XLARGE = dict(
@@ -47,6 +49,7 @@ def ovqa_config(dataset: str, arg, cvqa_topk: int) -> ml_collections.ConfigDict:
 
   # Model(**config.model) in evqa_jax/projects/ovqa/model.py: these keys are the model's fields.
   c.model = ml_collections.ConfigDict(dict(
+      backbone="frozenbilm",  # or "justask": JustAsk+ (configs/ovqa_justask_common.py, docs/justask.md)
       encoder="deberta_v2", head="open",
       use_adapters=True, adapter_reduction=8, dropout=0.1, dtype="float32",
       # Memory levers: per-encoder-layer jax.checkpoint policy (none | full | dots_saveable).
@@ -159,6 +162,9 @@ def ovqa_config(dataset: str, arg, cvqa_topk: int) -> ml_collections.ConfigDict:
     c.pretrained.tokenizer = "pkg:minilm"
     c.pretrained.shape = ml_collections.ConfigDict(DEBERTA_V2_XXLARGE if "xxlarge" in variants else DEBERTA_V2_XLARGE)
     c.pretrained.init_from = "none"
+  if "justask" in variants:  # the JustAsk backbone instead of FrozenBiLM, with the same variants
+    from configs import ovqa_justask_common
+    ovqa_justask_common.apply(c, variants)
   return c
 
 
@@ -183,4 +189,7 @@ def ovqa_sweep(name: str, arg) -> dict:
         {"name": "frozenbilm_plus_gnn", "overrides": {"model.head": "open", "verbalizer.variant": "E"}, "x": None},
     ]
     return {"points": points, "columns": OVQA_COLUMNS, "split": "test", "x_label": None}
-  raise ValueError(f"unknown sweep {name!r}: expected eps, variants or heads")
+  if name == "heads_justask":  # the JustAsk rows beside `heads` (configs/ovqa_justask_common.py)
+    from configs import ovqa_justask_common
+    return ovqa_justask_common.heads_sweep(OVQA_COLUMNS)
+  raise ValueError(f"unknown sweep {name!r}: expected eps, variants, heads or heads_justask")

@@ -17,6 +17,8 @@ says where that layout comes from (the authors' loader code read for this module
   msrvtt_qa             FrozenBiLM / Just Ask MSRVTT-QA folder (train/val/test.csv, vocab.json, clipvitl14.pth,
                         subtitles.pkl)
   ovqa_meta_data        OVQA's meta_data/<dataset>/: train/test.csv, clipvitl14.pth, subtitles.pkl and the files of
+  distilbert_dir        Hugging Face distilbert-base-uncased folder (config.json, vocab.txt, model.safetensors)
+  justask_checkpoint    Just Ask's released VQA-T .pth (the DataParallel state dict, "module." keys)
   ovqa_authors_files    OVQA's train_vocab.json, test_vocab.json, ans2cat.json and answer_graph/*.pth
   violin_release        VIOLIN's violin_annotation.json and all_res101_pool5_feat.h5
   evqa_release          ST-Evidence: st_evidence_gen.csv, videos_6fps/*.mp4, masks/, and the MCQ files
@@ -193,6 +195,91 @@ def ovqa_checkpoint(path: str, hf_state_dict: dict, config: dict, features_dim: 
   args = argparse.Namespace(dataset="msrvtt", lr=5e-5, eps=0.7, max_feats=10, features_dim=features_dim,
                             ds_factor_attn=ds_factor, ds_factor_ff=ds_factor, max_atokens=5)
   torch.save({"model": sd, "optimizer": {"state": {}, "param_groups": []}, "epoch": 19, "args": args}, path)
+  return sd
+
+
+def distilbert_dir(root: str, sentences=CORPUS, hidden: int = 32, layers: int = 2, heads: int = 4,
+                   max_positions: int = 64, seed: int = 0) -> dict:
+  """A Hugging Face `distilbert-base-uncased` folder in miniature: config.json (model_type distilbert, its keys:
+  dim, n_layers, n_heads, hidden_dim, activation, dropout, attention_dropout, sinusoidal_pos_embds), vocab.txt (a
+  WordPiece vocabulary of the corpus words, lower-cased, with [PAD] = 0, [UNK], [CLS], [SEP], [MASK] as in the real
+  one's first rows), tokenizer_config.json and model.safetensors of a random `DistilBertModel` (every tensor
+  perturbed: HF initialises LayerNorms to 1/0 and biases to 0, which would hide mapping mistakes). Just Ask loads
+  it with `DistilBertTokenizer.from_pretrained` / `DistilBertModel.from_pretrained("distilbert-base-uncased")`.
+
+  Returns {"path", "config", "state_dict" (torch tensors)}.
+  """
+  import re
+  import torch
+  import transformers
+  os.makedirs(root, exist_ok=True)
+  words = sorted({w for s in sentences for w in re.findall(r"[a-z0-9]+|[^a-z0-9\s]", s.lower())})
+  vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words
+  with open(os.path.join(root, "vocab.txt"), "w") as f:
+    f.write("\n".join(vocab) + "\n")
+  config = transformers.DistilBertConfig(
+      vocab_size=len(vocab), dim=hidden, n_layers=layers, n_heads=heads, hidden_dim=4 * hidden,
+      max_position_embeddings=max_positions, activation="gelu", dropout=0.1, attention_dropout=0.1, pad_token_id=0)
+  torch.manual_seed(seed)
+  model = transformers.DistilBertModel(config).eval()
+  g = torch.Generator().manual_seed(seed)
+  with torch.no_grad():
+    for p in model.parameters():
+      p.add_(0.1 * torch.randn(p.shape, generator=g))
+  model.save_pretrained(root)
+  transformers.DistilBertTokenizerFast(vocab_file=os.path.join(root, "vocab.txt"), do_lower_case=True
+                                       ).save_pretrained(root)
+  return {"path": root, "config": config.to_dict(),
+          "state_dict": {k: v.clone() for k, v in model.state_dict().items()}}
+
+
+def justask_checkpoint(path: str, distilbert_state_dict: dict, word_dim: int, feature_dim: int = 1024,
+                       d_model: int = 512, n_layers: int = 2, ff_dim: int = 2048, question_len: int = 20,
+                       num_frames: int = 20, seed: int = 1) -> dict:
+  """Just Ask's released VQA-T checkpoint (e.g. ckpt_pt_howtovqa69m.pth, ckpt_ft_msrvttqa.pth) in miniature.
+
+  Layout from github.com/antoyang/just-ask: main_videoqa.py saves `model.state_dict()` of `nn.DataParallel(
+  MMT_VideoQA(...))`, so every key starts with "module."; model/multimodal_transformer.py and
+  model/language_model.py give the names: bert.bert.* (the question DistilBERT, `Bert().bert`), amodel.bert.bert.*
+  and amodel.linear_text (the answer encoder), linear_video / norm_video, linear_question / norm_question,
+  position.{position_embeddings (the frozen sinusoidal table of Q + T rows), modality_embedding, LayerNorm},
+  mmt.layer.N.{attention.{q,k,v,out}_lin, sa_layer_norm, ffn.lin1, ffn.lin2, output_layer_norm}, vqproj.1 (after a
+  Dropout in an nn.Sequential), the MLM head vocab_transform / vocab_norm / vocab_projector and the pretraining's
+  crossmodal_matching. Both DistilBERTs start from `distilbert_state_dict` (the answer one perturbed, so a mix-up
+  of the two shows). Returns the state dict written (without the "module." prefix).
+  """
+  import torch
+  g = torch.Generator().manual_seed(seed)
+
+  def rnd(*shape, base=0.0):
+    return base + 0.05 * torch.randn(*shape, generator=g)
+
+  sd = {}
+  for k, v in distilbert_state_dict.items():
+    sd[f"bert.bert.{k}"] = v.clone()
+    sd[f"amodel.bert.bert.{k}"] = v + rnd(*v.shape) if v.is_floating_point() else v.clone()
+  vocab_size = distilbert_state_dict["embeddings.word_embeddings.weight"].shape[0]
+  linears = {"amodel.linear_text": (d_model, word_dim), "linear_video": (d_model, feature_dim),
+             "linear_question": (d_model, word_dim), "vqproj.1": (d_model, d_model),
+             "vocab_transform": (d_model, d_model), "vocab_projector": (vocab_size, d_model),
+             "crossmodal_matching": (1, d_model)}
+  for i in range(n_layers):
+    for name in ("q_lin", "k_lin", "v_lin", "out_lin"):
+      linears[f"mmt.layer.{i}.attention.{name}"] = (d_model, d_model)
+    linears[f"mmt.layer.{i}.ffn.lin1"] = (ff_dim, d_model)
+    linears[f"mmt.layer.{i}.ffn.lin2"] = (d_model, ff_dim)
+  for name, (out, inp) in linears.items():
+    sd[f"{name}.weight"], sd[f"{name}.bias"] = rnd(out, inp), rnd(out)
+  norms = ["norm_video", "norm_question", "position.LayerNorm", "vocab_norm"]
+  norms += [f"mmt.layer.{i}.{n}" for i in range(n_layers) for n in ("sa_layer_norm", "output_layer_norm")]
+  for name in norms:
+    sd[f"{name}.weight"], sd[f"{name}.bias"] = rnd(d_model, base=1.0), rnd(d_model)
+  pos = np.arange(question_len + num_frames, dtype=np.float64)[:, None] / np.power(
+      10000, 2 * (np.arange(d_model)[None] // 2) / d_model)
+  table = np.where(np.arange(d_model)[None] % 2 == 0, np.sin(pos), np.cos(pos))
+  sd["position.position_embeddings.weight"] = torch.tensor(table, dtype=torch.float32)
+  sd["position.modality_embedding.weight"] = rnd(2, d_model)
+  torch.save({f"module.{k}": v for k, v in sd.items()}, path)
   return sd
 
 
@@ -618,17 +705,36 @@ def evqa_instruct(root: str, height: int = 24, width: int = 32, seed: int = 3) -
   return {"dir": root, "gen_mask": gen, "vicas": vicas, "masks": masks}
 
 
+# Just Ask's checkpoint in the OVQA fixture: the multi-modal transformer at toy width (docs/justask.md passes the
+# matching --config.model.* overrides).
+JUSTASK_FIXTURE = dict(d_model=32, n_layers=2, ff_dim=64, question_len=20, num_frames=20, feature_dim=1024)
+
+
+def s3d_features(path: str, frames: dict, seed: int = 2) -> dict:
+  """Just Ask's `s3d.pth` (args.features_path; main_videoqa.py: `features = torch.load(path)`, then
+  `features[video_id]`): a torch.save'd dict {video_id: float32 tensor [T_video, 1024]} of S3D clip features."""
+  import torch
+  rng = np.random.default_rng(seed)
+  feats = {v: rng.normal(size=(n, 1024)).astype(np.float32) for v, n in frames.items()}
+  torch.save({v: torch.from_numpy(x) for v, x in feats.items()}, path)
+  return feats
+
+
 def write_ovqa(root: str) -> dict:
   """OVQA on MSRVTT-QA: root/models/{deberta-v2-xlarge/, frozenbilm.pth, ovqa_msrvtt.pth (an OVQA-trained
-  checkpoint, state-dict form)}, root/MSRVTT-QA/ (FrozenBiLM's CSVs, clipvitl14.pth, subtitles.pkl) and
-  root/meta_data/msrvtt/ (the OVQA release: its CSVs, features, subtitles, vocabularies, categories and answer
-  graphs)."""
+  checkpoint, state-dict form), distilbert-base-uncased/, ckpt_pt_howtovqa69m.pth (Just Ask's)}, root/MSRVTT-QA/
+  (FrozenBiLM's CSVs, clipvitl14.pth, subtitles.pkl and Just Ask's s3d.pth) and root/meta_data/msrvtt/ (the OVQA
+  release: its CSVs, features, subtitles, vocabularies, categories and answer graphs)."""
   deb = deberta_v2_dir(os.path.join(root, "models", "deberta-v2-xlarge"))
   frozenbilm_checkpoint(os.path.join(root, "models", "frozenbilm.pth"), deb["state_dict"], deb["config"])
   ovqa_checkpoint(os.path.join(root, "models", "ovqa_msrvtt.pth"), deb["state_dict"], deb["config"])
+  dist = distilbert_dir(os.path.join(root, "models", "distilbert-base-uncased"))
+  justask_checkpoint(os.path.join(root, "models", "ckpt_pt_howtovqa69m.pth"), dist["state_dict"],
+                     word_dim=dist["config"]["dim"], **JUSTASK_FIXTURE)
   rel = msrvtt_qa(os.path.join(root, "MSRVTT-QA"))
+  s3d_features(os.path.join(root, "MSRVTT-QA", "s3d.pth"), {v: len(x) for v, x in rel["features"].items()})
   meta = ovqa_meta_data(os.path.join(root, "meta_data", "msrvtt"), embed_dim=deb["config"]["hidden_size"])
-  return {"deberta": deb["path"], "msrvtt_qa": rel["dir"], "meta_data": meta["dir"]}
+  return {"deberta": deb["path"], "msrvtt_qa": rel["dir"], "meta_data": meta["dir"], "distilbert": dist["path"]}
 
 
 def write_violin(root: str) -> dict:

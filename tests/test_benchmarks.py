@@ -75,7 +75,7 @@ def test_block_measures_own_cpu_not_as_foreign():
   assert report["utc"]["start"] <= report["utc"]["end"] and report["utc"]["end"].endswith("Z")
   m = report["machine"]
   assert m["cpu_count"] == os.cpu_count() and m["usable_cores"] >= 1 and m["cpu_model"]
-  info = machine._io().cpuinfo()  # pylint: disable=protected-access
+  info = machine.cpuinfo()
   if "cpu family" in info:  # Linux x86: the numbers that tell a vague "AMD EPYC" model name's generation apart
     assert m["cpu_id"]["family"] == int(info["cpu family"]) and m["cpu_id"]["model"] == int(info["model"])
   assert set(machine.PACKAGES) <= set(m["versions"]) and m["versions"]["jax"]
@@ -96,11 +96,9 @@ def test_cpu_id_names_the_core_generation():
   assert machine.cpu_id({}) == {}
 
 
-def test_git_commit_names_the_timed_code_code_version_only_the_code_paths(tmp_path, monkeypatch):
+def test_git_commit_names_the_timed_code(tmp_path, monkeypatch):
   """A benchmark names the code it timed, its own script included (benchmarks/), but not its outputs (a compile
-  table it writes row by row under docs/ must not make its later rows "+dirty"); a training run's code_version()
-  looks at the code paths only."""
-  from evqa_jax import io as io_lib
+  table it writes row by row under docs/ must not make its later rows "+dirty")."""
   git = lambda *a: subprocess.run(["git", "-C", str(tmp_path), *a], check=True, capture_output=True, text=True)  # noqa: E731
   git("init", "-q")
   files = {"evqa_jax/m.py": "x = 1\n", "benchmarks/b.py": "y = 1\n", "docs/benchmarks/t.jsonl": "{}\n",
@@ -111,20 +109,19 @@ def test_git_commit_names_the_timed_code_code_version_only_the_code_paths(tmp_pa
   git("add", ".")
   git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "c")
   head = git("rev-parse", "HEAD").stdout.strip()
-  monkeypatch.setattr(io_lib, "REPO", str(tmp_path))
-  clean = {"commit": head, "dirty": False}
-  assert machine.git_commit() == head and io_lib.code_version() == clean
-  for name in ("docs/benchmarks/t.jsonl", "README.md"):  # outputs and docs: clean for both
+  monkeypatch.setattr(machine, "ROOT", str(tmp_path))
+  assert machine.git_commit() == head
+  for name in ("docs/benchmarks/t.jsonl", "README.md"):  # outputs and docs: clean
     (tmp_path / name).write_text("edited\n")
   (tmp_path / "untracked.py").write_text("")
-  assert machine.git_commit() == head and io_lib.code_version() == clean
-  (tmp_path / "benchmarks" / "b.py").write_text("y = 2\n")  # a benchmark script: part of a figure, not of a result
-  assert machine.git_commit() == head + "+dirty" and io_lib.code_version() == clean
+  assert machine.git_commit() == head
+  (tmp_path / "benchmarks" / "b.py").write_text("y = 2\n")  # a benchmark script: part of a figure
+  assert machine.git_commit() == head + "+dirty"
   git("checkout", "-q", "--", "benchmarks")
-  (tmp_path / "evqa_jax" / "m.py").write_text("x = 2\n")  # library code: both
-  assert machine.git_commit() == head + "+dirty" and io_lib.code_version() == {"commit": head, "dirty": True}
-  monkeypatch.setattr(io_lib, "REPO", str(tmp_path / "nowhere"))
-  assert machine.git_commit() is None and io_lib.code_version() == {}
+  (tmp_path / "evqa_jax" / "m.py").write_text("x = 2\n")  # library code
+  assert machine.git_commit() == head + "+dirty"
+  monkeypatch.setattr(machine, "ROOT", str(tmp_path / "nowhere"))
+  assert machine.git_commit() is None
 
 
 def test_block_counts_a_waited_for_child_as_own_cpu():

@@ -183,6 +183,15 @@ class Input:
     if len(positions) != 1:
       raise ValueError(f"record {int(example['index'])} of {self.data_dir}: the prompt holds {len(positions)} "
                        f"{self.mask_token} tokens after truncation to config.data.max_tokens = {dc.max_tokens}")
+    return {
+        "input_ids": ids,
+        "attention_mask": np.asarray(enc["attention_mask"], np.int32),
+        "mask_index": np.int32(positions[0] + dc.num_frames),
+        **self.video_and_label(example, train),
+    }
+
+  def video_and_label(self, example: dict, train: bool) -> dict:
+    """The record's video, video_mask, label (its answer's index in the active vocabulary, -1 outside) and index."""
     answer = str(example["answer"])
     table = self.answer_index_train if train else self.answer_index_eval
     label = table.get(answer, -1)
@@ -191,14 +200,15 @@ class Input:
       raise ValueError(f"record {int(example['index'])} of {self.data_dir}: train answer {answer!r} is not in {vocab} "
                        "of vocab.json (vocabulary and records do not match)")
     return {
-        "input_ids": ids,
-        "attention_mask": np.asarray(enc["attention_mask"], np.int32),
-        "mask_index": np.int32(positions[0] + dc.num_frames),
         "video": np.asarray(example["video"], np.float32),
         "video_mask": np.asarray(example["video_mask"], np.int32),
         "label": np.int32(label),
         "index": np.int32(example["index"]),
     }
+
+  def tokenize_answers(self, answers, pad_to: int):
+    """The answer encoder's inputs: `[pad_to, config.data.answer_max_subwords]` ids and mask."""
+    return tokenize_answers(self.tokenizer, answers, self.config.data.answer_max_subwords, pad_to)
 
   def aux_inputs(self, split: str) -> dict:
     key = "train" if split == self.config.data.train_split else "eval"
@@ -209,8 +219,7 @@ class Input:
       return {}
     answers = self.answers_train if key == "train" else self.answers_eval
     n_ans = self.budget["answers"]
-    max_subwords = self.config.data.answer_max_subwords
-    ids, mask = tokenize_answers(self.tokenizer, answers, max_subwords, n_ans)
+    ids, mask = self.tokenize_answers(answers, n_ans)
     answer_mask = np.zeros((n_ans,), np.bool_)
     answer_mask[:len(answers)] = True
     is_base = np.zeros((n_ans,), np.bool_)
@@ -226,7 +235,7 @@ class Input:
       else:
         # Node features are computed in the step from the frozen word embeddings, so the padded graph carries the
         # nodes' sub-word ids, placed at their padded positions (answers first, padding slots empty).
-        ids, mask = tokenize_answers(self.tokenizer, graph.node_words, max_subwords, graph.num_nodes)
+        ids, mask = self.tokenize_answers(graph.node_words, graph.num_nodes)
         padded, _ = padding.pad_graph(graph, np.zeros((graph.num_nodes, 1), np.float32), self.budget["nodes"],
                                       self.budget["edges"], n_ans)
         pos = padding.node_positions(graph, n_ans)

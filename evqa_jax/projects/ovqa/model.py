@@ -27,6 +27,14 @@ from evqa_jax.models.verbalizer import LEARNED_VARIANTS, canonical_variant
 HEADS = ("open", "cvqa", "cvqa_mlp")
 
 
+def model_class(config):
+  """The model class `Model(**config.model)` builds: FrozenBiLM's (this file) or JustAsk's (justask.py)."""
+  if config.model.backbone == "justask":
+    from evqa_jax.projects.ovqa import justask
+    return justask.Model
+  return Model
+
+
 def mean_subword_embeddings(word_embeddings, token_ids, token_mask):
   """Answer encoder: `[vocab, H]`, `[A, S]` ids, `[A, S]` mask -> `[A, H]` mean over the valid sub-words.
 
@@ -91,6 +99,7 @@ class Model(nn.Module):
   fields down to `dtype` are `config.model`; the rest come from the checkpoint and the data.
 
   Attributes:
+    backbone: "frozenbilm" (the OVQA task's switch; JustAsk's model is justask.Model).
     encoder: "bert" or "deberta_v2".
     head: "open", "cvqa" (FrozenBiLM's head over the top-k answers) or "cvqa_mlp" (an MLP over them).
     use_adapters, adapter_reduction: adapters (hidden / reduction wide) in every LM layer.
@@ -106,6 +115,7 @@ class Model(nn.Module):
       embeddings.
     verbalizer_call: static work bounds (evqa_jax.graphs.padding.verbalizer_budget).
   """
+  backbone: str = "frozenbilm"
   encoder: str = "deberta_v2"
   head: str = "open"
   use_adapters: bool = True
@@ -132,6 +142,8 @@ class Model(nn.Module):
     return dataclasses.replace(self.encoder_config, **overrides)
 
   def setup(self):
+    if self.backbone != "frozenbilm":
+      raise ValueError(f"config.model.backbone = {self.backbone!r}: this is the FrozenBiLM model")
     lm_config = self.lm_config
     self.lm = encoders.ENCODERS[self.encoder](lm_config, name="lm")
     if self.head not in HEADS:

@@ -38,15 +38,35 @@ def init_from_path(config) -> str:
   return value
 
 
+BACKBONES = ("frozenbilm", "justask")
+
+
+def make_task(config):
+  """The OVQA task of `config.model.backbone`: FrozenBiLM+ (`Task`) or JustAsk+ (justask_task.Task)."""
+  backbone = config.model.backbone
+  if backbone not in BACKBONES:
+    raise ValueError(f"config.model.backbone = {backbone!r}: expected one of {BACKBONES}")
+  if backbone == "justask":
+    from evqa_jax.projects.ovqa import justask_task
+    return justask_task.Task(config)
+  return Task(config)
+
+
 class Task(base.Task):
+  """FrozenBiLM+ (and its CVQA rows); JustAsk+ subclasses it (justask_task.py) for its model, inputs and weights."""
   main_metric = "mAcc"
 
   def __init__(self, config):
     super().__init__(config)
-    if config.model.head not in model_lib.HEADS:
-      raise ValueError(f"config.model.head = {config.model.head!r}: expected one of {model_lib.HEADS}")
     self.init_from = init_from_path(config)
     self.verbalizer_from_checkpoint = False  # set by load_pretrained
+    self.build()
+
+  def build(self):
+    """Sets `input`, `model` (and FrozenBiLM's `pretrained_dir`, `encoder_config`)."""
+    config = self.config
+    if config.model.head not in model_lib.HEADS:
+      raise ValueError(f"config.model.head = {config.model.head!r}: expected one of {model_lib.HEADS}")
     self.input = input_lib.Input(config, head=config.model.head)
     self.pretrained_dir = pretrained.checkpoint_dir(config.pretrained)
     encoder_config = pretrained.encoder_config(config.model.encoder, config.pretrained,

