@@ -88,7 +88,8 @@ def frozen_encoder_params(encoder: str, encoder_config, pretrained_dir, seed: in
   return jax.tree.map(np.asarray, params)
 
 
-def fine_tuned_encoder_params(init_from: str, encoder: str, encoder_config) -> tuple[dict, str]:
+def fine_tuned_encoder_params(init_from: str, encoder: str, encoder_config,
+                              allow_unverified: bool = False) -> tuple[dict, str]:
   """`config.pretrained.init_from`: the text encoder of the newest checkpoint of the BERT fine-tuning stage's workdir
   (configs/violin_bert_ft.py, params under `text_encoder/`) -> (host float32 params, what they are: the cache key).
 
@@ -108,7 +109,7 @@ def fine_tuned_encoder_params(init_from: str, encoder: str, encoder_config) -> t
     raise ValueError(f"{key}: {cfg_path} records a {written.get('task')!r} run of model {written.get('model_name')!r}, "
                      "not the BERT fine-tuning stage (model_name 'bert_mlm', configs/violin_bert_ft.py)")
   try:
-    step, state = checkpointing.load_checkpoint_arrays(workdir)
+    step, state = checkpointing.load_checkpoint_arrays(workdir, allow_unverified=allow_unverified)
   except FileNotFoundError as e:
     raise FileNotFoundError(f"{key}: {e}; run the fine-tuning stage to its end first ({stage})") from None
   params = partition.merge_params(state.get("trainable") or {}, state.get("frozen") or {}).get("text_encoder")
@@ -156,8 +157,7 @@ class TextFeatureCache:
 
   def __init__(self, path: str):
     self.path = path
-    with open(path + ".json") as f:
-      meta = json.load(f)
+    meta = io_lib.load_json(path + ".json", "text feature cache index")
     self.row = {t: i for i, t in enumerate(meta["texts"])}
     self.lengths = np.asarray(meta["lengths"], np.int32)
     self.max_len = int(meta["max_len"])
@@ -213,8 +213,7 @@ class Input:
     types_file = (self.metadata.get("synthetic") or {}).get("statement_types_file")
     self.statement_types = None
     if types_file and os.path.exists(os.path.join(self.data_dir, types_file)):
-      with open(os.path.join(self.data_dir, types_file)) as f:
-        self.statement_types = json.load(f)
+      self.statement_types = io_lib.load_json(os.path.join(self.data_dir, types_file), "statement types")
     if dc.text_preprocessing not in TEXT_PREPROCESSING:
       raise ValueError(f"config.data.text_preprocessing = {dc.text_preprocessing!r}: expected one of "
                        f"{TEXT_PREPROCESSING}")
@@ -253,8 +252,7 @@ class Input:
     """Distinct raw texts of `kind` over the clips of `splits` (default: those this run uses), in annotation order."""
     dc = self.config.data
     splits = {dc.train_split, *dc.eval_splits} if splits is None else set(splits)
-    with open(self.annotation_path) as f:
-      ann = json.load(f)
+    ann = io_lib.load_json(self.annotation_path, "annotation file")
     out = {}
     for entry in ann.values():
       if entry.get("split") not in splits:
