@@ -181,7 +181,8 @@ def check_video(x: np.ndarray, feature_dim: int, where: str) -> np.ndarray:
     finite = np.isfinite(x.astype(np.float32))
   if not np.all(finite):
     bad = tuple(int(i) for i in np.argwhere(~finite)[0])
-    raise FeatureError(f"{where}: features contain NaN, inf or values beyond float32 (value {x[bad]!r} at {bad})")
+    raise FeatureError(f"{where}: features hold non-finite values (NaN, inf, or beyond float32: {float(x[bad])!r} at "
+                       f"{bad})")
   return x
 
 

@@ -338,7 +338,8 @@ def test_one_reader_per_file_kind(tmp_path, capsys):
   _one_line_error(code, err, "ann.json", "key 'c0' appears twice")
   # Features: float64 values that overflow float32 (1e200) are not finite features, in every converter.
   x = np.full((3, 4), 1e200)
-  with pytest.raises(features_lib.FeatureError, match=r"w: features contain NaN, inf or values beyond float32"):
+  with pytest.raises(features_lib.FeatureError,
+                     match=r"w: features hold non-finite values \(NaN, inf, or beyond float32: 1e\+200 at \(0, 0\)\)"):
     features_lib.check_video(x, 4, "w")
   import h5py
   with h5py.File(tmp_path / "f.h5", "w") as h5:
