@@ -115,6 +115,16 @@ def test_any_result_changing_key_is_part_of_the_identity(world, trained, tmp_pat
   config.verbalizer.variant = "B"
   with pytest.raises(ValueError, match=r"holds the final metrics of another experiment.*verbalizer\.variant"):
     train(config, work)
+  # A sweep reuses a finished point only for the experiment it trained (here the point's eps changed since).
+  import test_sweep
+  from evqa_jax.train import sweep as sweep_lib
+  (tmp_path / "toy.py").write_text(test_sweep.CONFIG)
+  module = sweep_lib.load_config_module(str(tmp_path / "toy.py"))
+  test_sweep._write_run(str(tmp_path / "sweep" / "eps_1.0"), sweep_lib.point_config(
+      module, None, {"name": "", "overrides": {"verbalizer.eps": 0.5}}), 0.5)
+  with pytest.raises(ValueError, match=r"eps_1\.0 was trained with another config; it differs in verbalizer\.eps "
+                                       r"\(checkpoint: 0\.5, config: 1\.0\)"):
+    sweep_lib.run_sweep(str(tmp_path / "toy.py"), "eps", str(tmp_path / "sweep"))
   # What does not change a result is not identity: logging and checkpoint keeping.
   config = tiny_config(world)
   config.log_every_steps = 5

@@ -56,6 +56,11 @@ def point_command(config_path: str, workdir: str, point: dict, extra_args=()) ->
 
 def point_config(module, arg, point: dict) -> dict:
   """The configuration `launch/train.py` would train for `point`, as the JSON its `config.json` records."""
+  return json.loads(point_config_dict(module, arg, point).to_json_best_effort())
+
+
+def point_config_dict(module, arg, point: dict):
+  """The ConfigDict `launch/train.py` would train for `point`."""
   config = module.get_config(arg)
   for key, value in point["overrides"].items():
     parent = config
@@ -65,7 +70,7 @@ def point_config(module, arg, point: dict) -> dict:
     if leaf not in parent:
       raise KeyError(f"sweep point {point['name']}: override {key} names no config field")
     parent[leaf] = value
-  return json.loads(config.to_json_best_effort())
+  return config
 
 
 def find_reusable(expected: dict, reuse_dirs) -> str:
@@ -80,8 +85,7 @@ def find_reusable(expected: dict, reuse_dirs) -> str:
       if not (os.path.exists(cfg_path) and os.path.exists(os.path.join(run, "final_metrics.json"))):
         continue
       try:
-        with open(cfg_path) as f:
-          record = json.load(f)
+        record = io_lib.load_json(cfg_path, "workdir config")
       except (OSError, ValueError):
         continue
       if record.get("config") == expected:
@@ -163,6 +167,9 @@ def run_sweep(config_path: str, sweep_name: str, workdir: str, mode: str = "loca
       print(" ".join(shlex.quote(c) for c in cmd))
       continue
     if os.path.exists(os.path.join(point_dir, "final_metrics.json")):
+      if not extra_args:  # a finished point is reused only for the experiment it trained (the sweep may have changed)
+        from evqa_jax.train import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+        workdir_lib.check_same_experiment(point_config_dict(module, arg, point), point_dir)
       print(f"[sweep] {point['name']}: done already, skipped", flush=True)
       continue
     if reuse_dirs:
