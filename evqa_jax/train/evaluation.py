@@ -1,12 +1,12 @@
 """Evaluation: prediction over a whole split, scored by the task's evaluator, and model selection over the
 evaluations a run wrote (config.select)."""
 
-import json
 import os
 
 import jax
 import numpy as np
 
+from evqa_jax import io as io_lib
 from evqa_jax.data import pipeline
 from evqa_jax.train import sharding
 from evqa_jax.train import steps as steps_lib
@@ -73,8 +73,7 @@ def best_eval(workdir: str, select: dict, splits, up_to_step: int | None = None)
     metrics_path = os.path.join(path, "metrics.json")
     if not os.path.exists(metrics_path):
       continue
-    with open(metrics_path) as f:
-      metrics = json.load(f)
+    metrics = io_lib.load_json(metrics_path, "evaluation metrics", finite=False)
     value = metrics.get(select["metric"])
     if not isinstance(value, (int, float)) or isinstance(value, bool):
       raise ValueError(f"config.select.metric = {select['metric']!r} is not a number in {metrics_path} (its numbers: "
@@ -88,6 +87,5 @@ def best_eval(workdir: str, select: dict, splits, up_to_step: int | None = None)
   for split in splits:
     path = os.path.join(workdir, "eval", f"{split}_step{best['step']}", "metrics.json")
     if os.path.exists(path):
-      with open(path) as f:
-        best["eval"][split] = json.load(f)
+      best["eval"][split] = io_lib.load_json(path, "evaluation metrics", finite=False)
   return best

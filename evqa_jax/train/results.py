@@ -11,7 +11,6 @@ printed number, formatted to the printed decimals, with the committed copy. Runs
 difference means the code or the environment changed what the README shows.
 """
 
-import json
 import os
 import shutil
 import subprocess
@@ -50,8 +49,7 @@ def record(folder: str, command: list, printed: dict, workdir: str | None = None
   rec = {"command": list(command), **io_lib.code_version(), "cpu": io_lib.cpu_model(), "printed": printed}
   for rel, keys in printed.items():
     src = os.path.join(workdir, rel)
-    with open(src) as f:
-      values = json.load(f)
+    values = io_lib.load_json(src, "results file", finite=False)
     for key in keys:
       _lookup(values, key, src)  # every printed number must be in the file
     dst = os.path.join(folder, rel)
@@ -64,18 +62,15 @@ def record(folder: str, command: list, printed: dict, workdir: str | None = None
 
 def compare(folder: str, workdir: str) -> list:
   """-> one line per printed number whose rerun value, at the printed decimals, differs from the committed one."""
-  with open(os.path.join(folder, RECORD)) as f:
-    rec = json.load(f)
+  rec = io_lib.load_json(os.path.join(folder, RECORD), "results file", finite=False)
   bad = []
   for rel, keys in rec["printed"].items():
-    with open(os.path.join(folder, rel)) as f:
-      committed = json.load(f)
+    committed = io_lib.load_json(os.path.join(folder, rel), "results file", finite=False)
     rerun_path = os.path.join(workdir, rel)
     if not os.path.exists(rerun_path):
       bad.append(f"{rel}: not written by the rerun ({rerun_path})")
       continue
-    with open(rerun_path) as f:
-      rerun = json.load(f)
+    rerun = io_lib.load_json(rerun_path, "results file", finite=False)
     for key, decimals in keys.items():
       a = f"{_lookup(committed, key, os.path.join(folder, rel)):.{decimals}f}"
       b = f"{_lookup(rerun, key, rerun_path):.{decimals}f}"
@@ -86,8 +81,7 @@ def compare(folder: str, workdir: str) -> list:
 
 def check(folder: str, workdir: str | None = None) -> list:
   """Reruns the record's command into a temporary workdir (or uses `workdir`) and compares; -> the mismatches."""
-  with open(os.path.join(folder, RECORD)) as f:
-    rec = json.load(f)
+  rec = io_lib.load_json(os.path.join(folder, RECORD), "results file", finite=False)
   now = io_lib.code_version()
   if not io_lib.same_code({k: rec.get(k) for k in ("commit", "dirty")}, now):
     print(f"note: recorded with commit {rec.get('commit')} (dirty: {rec.get('dirty')}), checking with "

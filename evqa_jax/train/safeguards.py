@@ -131,8 +131,7 @@ def completed_eval(workdir: str, split: str, step: int):
   """The results of split's evaluation at `step` when <workdir>/eval/<split>_metrics.json holds it, else None."""
   path = os.path.join(workdir, "eval", f"{split}_metrics.json")
   try:
-    with open(path) as f:
-      saved = json.load(f)
+    saved = io_lib.load_json(path, "evaluation metrics", finite=False)
   except (OSError, ValueError):
     return None
   if not isinstance(saved, dict) or saved.get("step") != step:
