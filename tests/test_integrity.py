@@ -389,3 +389,14 @@ def test_every_read_error_names_the_file(tmp_path, capsys):
     evqa_io.read_mask(str(bomb))
   with pytest.raises(st_evidence.ConversionError, match=rf"w: mask {bomb}: refused as a decompression bomb"):
     st_evidence.read_mask_png(str(bomb), "w")
+  # In a conversion: a second entry whose only mask is the bomb is one bad entry, which --skip-bad skips.
+  (raw / "masks" / "e1").mkdir()
+  os.replace(bomb, raw / "masks" / "e1" / "00000.png")
+  with open(raw / "test.csv", "a", newline="") as f:
+    csv.writer(f).writerow(["e1", "vid0", "", "what?", "['a', 'b']", "a", "[[0.0, 0.2]]"])
+  args = ["--csv", raw / "test.csv", "--frames", raw / "frames", "--masks", raw / "masks", "--frame-size", 8, 8,
+          "--num-frames", 2, "--out", tmp_path / "out"]
+  code, err = _run(st_evidence.main, args, capsys)
+  _one_line_error(code, err, "e1", f"{raw / 'masks' / 'e1' / '00000.png'}: refused as a decompression bomb")
+  assert cli.run(st_evidence.main, [str(a) for a in args + ["--skip-bad"]]) == 0
+  assert records.load_metadata(str(tmp_path / "out"))["conversion"]["test"]["skipped"] == {"unreadable_image": 1}
