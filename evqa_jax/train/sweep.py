@@ -202,8 +202,7 @@ def write_table(sweep: dict, sweep_name: str, workdir: str) -> dict:
     path = os.path.join(workdir, point["name"], "final_metrics.json")
     if not os.path.exists(path):
       raise FileNotFoundError(f"{path} is missing: sweep point {point['name']} has not finished")
-    with open(path) as f:
-      metrics = json.load(f)["eval"][split]
+    metrics = io_lib.load_json(path, "final metrics", finite=False)["eval"][split]
     group = groups.setdefault(point.get("group", point["name"]), {"x": point.get("x"), "values": []})
     group["values"].append({title: float(metrics[key]) for key, title in sweep["columns"]})
   rows = []

@@ -166,7 +166,7 @@ class TextFeatureCache:
   @property
   def features(self) -> np.ndarray:
     if self._features is None:
-      self._features = np.load(self.path + ".npy", mmap_mode="r")
+      self._features = io_lib.load_npy(self.path + ".npy", mmap_mode="r")  # no pickles; errors name the file
     return self._features
 
   def lookup(self, text: str, where: str) -> tuple[np.ndarray, np.ndarray]:
