@@ -7,8 +7,8 @@ switch and the end-of-run checks.
 
 Rules (docs/hostile_input.md):
   - OUT is built in a temporary sibling folder and swapped in atomically at the end: a failure leaves OUT untouched.
-  - OUT is refused when it is an input, contains one or lies inside one (by real path), or holds a symlink leading
-    outside it (evqa_jax.io.check_outputs / check_links_inside, the guard every command uses).
+  - OUT is refused when it is an input or contains one (by real path, so a link or `..` cannot hide it), or holds a
+    symlink leading outside it (evqa_jax.io.check_outputs / check_links_inside, the guard every command uses).
   - OUT must be new, empty, or an earlier output of one of our converters (metadata.json with a "converter" field);
     anything else is refused, never deleted.
   - `keep_existing` (converters that add one split per run) starts from OUT's current files (hard links, so nothing
