@@ -60,8 +60,10 @@ def base_config() -> ml_collections.ConfigDict:
   c.log_every_steps = 10
 
   # replica_parallel: split each replicated array's save between its replicas (Orbax); None: only with several
-  # processes (evqa_jax.train.checkpointing.replica_parallel).
-  c.checkpoint = ml_collections.ConfigDict(dict(max_to_keep=2, replica_parallel=config_dict.placeholder(bool)))
+  # processes (evqa_jax.train.checkpointing.replica_parallel). allow_unverified (UNSAFE): resume from / evaluate a
+  # checkpoint that has no checksums (older versions, a deleted meta/), whose damage would go unnoticed.
+  c.checkpoint = ml_collections.ConfigDict(dict(max_to_keep=2, replica_parallel=config_dict.placeholder(bool),
+                                                allow_unverified=False))
   # Model selection (evqa_jax.train.evaluation.selection): the step whose `metric` on `split` is best (mode max or
   # min) is reported beside the last step in final_metrics.json ("best"), and its checkpoint is kept besides the
   # newest max_to_keep when that step was a checkpoint step. Empty: the first of data.eval_splits, the task's main

@@ -73,6 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("data_dir", help="converted OVQA directory (holds train.csv and test.csv)")
   parser.add_argument("--json", default=None, help="also write the table as JSON here")
   args = parser.parse_args(argv)
+  evqa_io.check_args(args, ["json"])
   t = table1_from_dir(args.data_dir)
   print(format_table1(t))
   if args.json:

@@ -7,7 +7,8 @@ switch and the end-of-run checks.
 
 Rules (docs/hostile_input.md):
   - OUT is built in a temporary sibling folder and swapped in atomically at the end: a failure leaves OUT untouched.
-  - OUT is refused when it is an input or contains one (replacing it would delete the input).
+  - OUT is refused when it is an input or contains one (by real path, so a link or `..` cannot hide it), or holds a
+    symlink leading outside it (evqa_jax.io.check_outputs / check_links_inside, the guard every command uses).
   - OUT must be new, empty, or an earlier output of one of our converters (metadata.json with a "converter" field);
     anything else is refused, never deleted.
   - `keep_existing` (converters that add one split per run) starts from OUT's current files (hard links, so nothing
@@ -22,6 +23,7 @@ import shutil
 import tempfile
 from typing import Iterable, Mapping
 
+from evqa_jax import io as evqa_io
 from evqa_jax.data import example as example_lib
 from evqa_jax.data import records
 
@@ -38,23 +40,17 @@ def add_trust_pickles(parser) -> None:
   parser.add_argument("--trust-pickles", action="store_true", help=TRUST_PICKLES_HELP)
 
 
-def _real(path: str) -> str:
-  return os.path.realpath(os.path.abspath(os.path.expanduser(path)))
-
-
-def _inside(path: str, folder: str) -> bool:
-  return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
-
-
 def check_out(out: str, inputs: Iterable[str | None]) -> str:
-  """The absolute OUT when a converter may replace it; OutputError naming the reason otherwise."""
-  real_out = _real(out)
+  """The absolute OUT when a converter may replace it; OutputError naming the reason otherwise (`io.check_outputs`:
+  OUT is not an input, holds none and lies in none, by real path; no link in it leads outside)."""
   if os.path.lexists(out) and not os.path.isdir(out):
     raise OutputError(f"--out {out} exists and is not a folder")
-  for path in inputs:
-    if path and _inside(_real(path), real_out):
-      raise OutputError(f"--out {out} is or holds the input {path}: converting would replace the input. Choose "
-                        "another --out")
+  try:
+    evqa_io.check_outputs({"the input": [p for p in inputs if p]}, {"--out": out})
+    if os.path.isdir(out):
+      evqa_io.check_links_inside(out)
+  except ValueError as e:
+    raise OutputError(str(e)) from None
   if os.path.isdir(out) and os.listdir(out):
     try:
       marked = records.load_metadata(out).get(CONVERTER_FIELD)
@@ -65,6 +61,17 @@ def check_out(out: str, inputs: Iterable[str | None]) -> str:
           f"--out {out} is a non-empty folder that no converter of this project wrote (no {records.METADATA_FILE} "
           f"with a {CONVERTER_FIELD!r} field): refusing to replace it. Give a new or empty folder")
   return os.path.abspath(out)
+
+
+def input_paths(args, *, out: str = "out") -> list:
+  """Every argument of a converter's parsed `args` but `out` whose value names an existing path: what check_out
+  must protect (a new input flag is covered without being listed)."""
+  paths = []
+  for dest, value in vars(args).items():
+    for v in (value if isinstance(value, (list, tuple)) else [value]):
+      if dest != out and isinstance(v, str) and v and os.path.lexists(v):
+        paths.append(v)
+  return paths
 
 
 def _swap_into_place(tmp_dir: str, out_dir: str) -> None:

@@ -42,6 +42,7 @@ import tarfile
 import numpy as np
 
 from evqa_jax import io as evqa_io
+from evqa_jax import io as io_lib
 
 FPS = 6.0
 NUM_OPTIONS = 4
@@ -236,9 +237,8 @@ class Mp4Videos:
 
 def _read_json(path: str, what: str) -> dict:
   try:
-    with open(path) as f:
-      obj = json.load(f)
-  except (OSError, json.JSONDecodeError) as e:
+    obj = io_lib.load_json(path, what)
+  except (OSError, ValueError) as e:
     raise ReleaseError("unreadable_mcq", f"{path}: cannot read {what} ({e})") from e
   if not isinstance(obj, dict):
     raise ReleaseError("bad_mcq", f"{path}: expected a JSON object keyed by entry_id")
@@ -330,8 +330,13 @@ def read_mcq_csv(path: str) -> dict[str, dict]:
       cands = ast.literal_eval(options)
     except (ValueError, SyntaxError) as e:
       raise ReleaseError("bad_candidates", f"{where}: field 'candidates' is not a python list string") from e
-    out[row["entry_id"].strip()] = {"video_id": video.strip(), "candidates": [str(c).strip() for c in cands],
-                                    "answer": row["answer"].strip()}
+    try:  # ids verbatim, one rule everywhere (io_lib.check_id refuses surrounding spaces)
+      entry_id = io_lib.check_id(row["entry_id"], f"{where}, field 'entry_id'", "entry id")
+      video = io_lib.check_id(video, f"{where}, field 'video_id'", "video id")
+    except ValueError as e:
+      raise ReleaseError("bad_id", str(e)) from None
+    out[entry_id] = {"video_id": video, "candidates": [str(c).strip() for c in cands],
+                     "answer": row["answer"].strip()}
   return out
 
 
@@ -380,9 +385,8 @@ def _mcq_entry(mcq_dir, entry_id, row, t, s, root, videos, out_dir) -> dict:
   for p in _spatial_paths(s, f"{where} (mask_options.json)"):
     full = p if os.path.isabs(p) else os.path.join(root, p)
     try:
-      with Image.open(full) as im:
-        images.append(np.asarray(im.convert("RGB")))
-    except OSError as e:
+      images.append(io_lib.read_image(full, "RGB", "option image"))
+    except (OSError, ValueError) as e:
       raise ReleaseError("bad_mcq", f"{where}: option image {full} cannot be read ({e})") from e
   frames = videos.decoded(row["video_id"], where)
   ref, masks = recover_spatial(images, frames, where)

@@ -84,7 +84,7 @@ class FeatureStore(Mapping):
         raise FeatureError(f"{self.path}: cannot read as .npz ({e})") from e
       self._closer = npz.close
       self._data = {k: k for k in npz.files}
-      self._get = lambda key: npz[self._data[key]]
+      self._get = lambda key: evqa_io.npz_member(npz, self._data[key], self.path, "feature file")
     elif ext in HDF5_EXTS:
       self._open_hdf5()
     else:
@@ -175,8 +175,14 @@ def check_video(x: np.ndarray, feature_dim: int, where: str) -> np.ndarray:
     raise FeatureError(f"{where}: features have dtype {x.dtype}, expected floats")
   if x.ndim != 2 or x.shape[1] != feature_dim or x.shape[0] < 1:
     raise FeatureError(f"{where}: features have shape {tuple(x.shape)}, expected [T_video >= 1, {feature_dim}]")
-  if not np.all(np.isfinite(x)):
-    raise FeatureError(f"{where}: features contain NaN or inf")
+  # Finite in float32, the dtype models compute in: 1e200 (float64) is finite but overflows there (and squared, in
+  # an L2 norm, even in float64), so it would be stored as inf or normalised to zeros.
+  with np.errstate(over="ignore", invalid="ignore"):
+    finite = np.isfinite(x.astype(np.float32))
+  if not np.all(finite):
+    bad = tuple(int(i) for i in np.argwhere(~finite)[0])
+    raise FeatureError(f"{where}: features hold non-finite values (NaN, inf, or beyond float32: {float(x[bad])!r} at "
+                       f"{bad})")
   return x
 
 

@@ -77,8 +77,8 @@ SPLITS = ("train", "val", "test")
 REQUIRED_SPLITS = ("train", "test")
 REQUIRED_COLUMNS = ("question", "answer", "video_id")
 CATEGORIES = ovqa_metrics.CATEGORIES
-BAD_REASONS = ("empty_question", "empty_answer", "bad_type", "unknown_video", "bad_features", "answer_not_in_vocab",
-               "bad_values")
+BAD_REASONS = ("empty_question", "empty_answer", "bad_type", "bad_video_id", "unknown_video", "bad_features",
+               "answer_not_in_vocab", "bad_values")
 VOCAB_FILE = "vocab.json"
 # The paper's closed vocabularies (appendix B, FrozenBiLM / JustAsk settings): top-k train answers per dataset; the
 # dataset configs' data.cvqa_topk.
@@ -192,7 +192,11 @@ def _row_example(row: Mapping[str, str], index: int, source_row: int, has_type: 
                  videos: _VideoCache, subtitles: Mapping[str, str]) -> dict:
   question = row["question"]
   answer = row["answer"]
-  video_id = row["video_id"].strip()
+  video_id = row["video_id"]  # verbatim: one id rule everywhere (evqa_io.check_id refuses surrounding spaces)
+  try:
+    evqa_io.check_id(video_id, "field 'video_id'", "video id")
+  except ValueError as e:
+    raise _BadRow("bad_video_id", "video_id", str(e)) from None
   if not question.strip():
     raise _BadRow("empty_question", "question", "empty question")
   if not answer.strip():
@@ -231,7 +235,7 @@ def convert(csv_dir: str, features: str, out_dir: str, *, subtitles: str | None 
     raise ConversionError(f"num_frames ({num_frames}) and feature_dim ({feature_dim}) must be >= 1")
   csv_paths = {s: os.path.join(csv_dir, f"{s}.csv") for s in SPLITS}
   splits = [s for s in SPLITS if s in REQUIRED_SPLITS or os.path.exists(csv_paths[s])]
-  common.check_out(out_dir, [csv_dir, features, subtitles])
+  common.check_out(out_dir, [csv_dir, features, subtitles, authors_vocab])
   frames = {s: read_split_csv(csv_paths[s]) for s in splits}
   subs = features_lib.load_subtitles(subtitles, trust_pickles) if subtitles else {}
   # The authors' V_train / V_test / categories (data_prep/ovqa_authors.py); their rows must be in them.
@@ -240,7 +244,7 @@ def convert(csv_dir: str, features: str, out_dir: str, *, subtitles: str | None 
   spec = record_spec(num_frames, feature_dim)
   summary = {}
   kept_rows: dict[str, list[int]] = {}
-  with common.build_output(out_dir, [csv_dir, features, subtitles], "data_prep.ovqa") as tmp_dir, \
+  with common.build_output(out_dir, [csv_dir, features, subtitles, authors_vocab], "data_prep.ovqa") as tmp_dir, \
       features_lib.FeatureStore(features, trust_pickles) as store:
     videos = _VideoCache(store, num_frames, feature_dim)
     for split in splits:
@@ -363,6 +367,7 @@ def main(argv: Sequence[str] | None = None) -> int:
       parser.error(f"--{flag.replace('_', '-')} is required (or --ovqa-release)")
   if args.cvqa_topk is None:
     args.cvqa_topk = CVQA_TOPK[args.dataset] if args.dataset else 4000
+  evqa_io.check_args(args, ["out"])  # no input (--authors-vocab included) may be inside --out
   convert(args.csv_dir, args.features, args.out, subtitles=args.subtitles, num_frames=args.num_frames,
           feature_dim=args.feature_dim, cvqa_topk=args.cvqa_topk, skip_bad=args.skip_bad,
           num_shards=args.num_shards, trust_pickles=args.trust_pickles,

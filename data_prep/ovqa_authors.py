@@ -50,12 +50,11 @@ class AuthorsVocabError(ValueError):
 
 def _load(path: str):
   try:
-    with open(path, encoding="utf-8") as f:
-      return json.load(f)
+    return evqa_io.load_json(path, "authors' file")
   except FileNotFoundError:
     raise AuthorsVocabError(f"{path} does not exist (--authors-vocab needs {', '.join(FILES.values())} and "
                             f"{CATEGORIES_FILE})") from None
-  except (OSError, json.JSONDecodeError) as e:
+  except (OSError, ValueError) as e:
     raise AuthorsVocabError(f"{path}: cannot read as JSON ({e})") from e
 
 

@@ -222,25 +222,19 @@ def read_csv(path: str) -> tuple[list[str], list[dict]]:
 # ------------------------------------------------------------------------------------------------ images
 
 def read_image(path: str, mode: str, where: str) -> np.ndarray:
+  """`evqa_io.read_image` (decompression bombs refused); any failure is this item's ConversionError."""
   try:
-    with Image.open(path) as im:
-      im.load()
-      return np.asarray(im.convert(mode))
-  except (OSError, ValueError, SyntaxError) as e:  # PIL raises these for truncated / non-image files
-    raise ConversionError("unreadable_image", f"{where}: cannot read image {path} ({e})") from e
+    return evqa_io.read_image(path, mode)
+  except (OSError, ValueError) as e:
+    raise ConversionError("unreadable_image", f"{where}: {e}") from e
 
 
 def read_mask_png(path: str, where: str) -> np.ndarray:
-  """Any non-zero pixel (in any channel) = object; returns uint8 0/1 [H, W]."""
+  """uint8 0/1 [H, W] by the evaluator's and the official rule (`evqa_io.read_mask`: convert('L') > 0)."""
   try:
-    with Image.open(path) as im:
-      im.load()
-      arr = np.asarray(im)
-  except (OSError, ValueError, SyntaxError) as e:
-    raise ConversionError("unreadable_image", f"{where}: cannot read mask {path} ({e})") from e
-  if arr.ndim == 3:
-    arr = arr.any(axis=-1)
-  return (arr != 0).astype(np.uint8)
+    return evqa_io.read_mask(path).astype(np.uint8)
+  except (OSError, ValueError) as e:
+    raise ConversionError("unreadable_image", f"{where}: {e}") from e
 
 
 def resize_rgb(img: np.ndarray, size: tuple[int, int]) -> np.ndarray:
@@ -583,7 +577,7 @@ def _convert(csv_path, frames_dir, out, split, masks_dir, instruct_dir, mcq_path
     for col in CSV_COLUMNS:
       if row.get(col) is None or (col != "video_path" and not row[col].strip()):
         raise ConversionError("missing_field", f"{where}: field {col!r} is empty")
-    entry_id, video_id = row["entry_id"].strip(), row["video_id"].strip()
+    entry_id, video_id = row["entry_id"], row["video_id"]  # verbatim, as the evaluator: check_id refuses spaces
     try:  # both name folders (masks, frames, ground-truth copies)
       evqa_io.check_id(entry_id, f"{where}, field 'entry_id'", "entry id")
       evqa_io.check_id(video_id, f"{where}, field 'video_id'", "video id")
@@ -685,7 +679,7 @@ def _convert(csv_path, frames_dir, out, split, masks_dir, instruct_dir, mcq_path
 
     counts = {"converted": written, "skipped": dict(sorted(skipped.items())),
               "entries_without_mcq": (written - len(mcq_kept)) if mcq_path else written,
-              "mcq_entries_not_in_csv": len(set(mcq) - {r["entry_id"].strip() for r in rows})}
+              "mcq_entries_not_in_csv": len(set(mcq) - {r["entry_id"] for r in rows})}
     meta = records.load_metadata(tmp)
     conversion = dict(meta.get("conversion", {}))
     conversion[split] = counts
@@ -752,6 +746,7 @@ def main(argv=None) -> int:
   p.add_argument("--skip-bad", action="store_true", help="skip and count bad entries instead of failing")
   p.add_argument("--out", required=True)
   a = p.parse_args(argv)
+  evqa_io.check_args(a, ["out"])
   if a.instruct is not None or a.vicas is not None:
     if a.instruct is not None and a.vicas is not None:
       p.error("give --instruct or --vicas, not both (convert them one after the other into OUT)")

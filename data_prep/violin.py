@@ -46,6 +46,7 @@ from evqa_jax import cli
 from evqa_jax import io as evqa_io
 from evqa_jax.data import records
 from data_prep import common
+from data_prep import features as features_lib
 from evqa_jax.data.example import Feature
 
 SPLITS = ("train", "validate", "test")
@@ -168,9 +169,10 @@ def load_clip_features(h5, clip_id: str, feature: str, feature_dim: int, path: s
     x = np.asarray(h5[key][()])
   except Exception as e:  # h5py raises OSError/TypeError/ValueError for damaged datasets
     raise ConversionError("unreadable_features", f"{path}: clip {clip_id!r}: cannot read {key!r} ({e})") from e
-  if not np.all(np.isfinite(x)):
-    raise ConversionError("bad_features", f"{path}: clip {clip_id!r}: field {key!r} holds non-finite values")
-  return x
+  try:  # the one features check (data_prep/features.py): finite in float32, the compute dtype
+    return features_lib.check_video(x, feature_dim, f"{path}: clip {clip_id!r}: field {key!r}")
+  except features_lib.FeatureError as e:
+    raise ConversionError("bad_features", str(e)) from None
 
 
 class _Counts:
@@ -308,6 +310,7 @@ def main(argv=None) -> int:
   p.add_argument("--skip-bad", action="store_true", help="skip and count bad clips instead of failing")
   p.add_argument("--out", required=True)
   a = p.parse_args(argv)
+  evqa_io.check_args(a, ["out"])
   convert(a.annotation, a.features, a.out, a.feature, a.feature_dim, a.max_frames, a.num_shards, a.skip_bad)
   return 0
 

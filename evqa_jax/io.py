@@ -306,6 +306,8 @@ def check_id(value, where: str, what: str = "id") -> str:
     bad = "is empty or a dot name"
   elif "\0" in text:
     bad = "contains a NUL byte"
+  elif text != text.strip():  # one rule for every reader: never stripped in one place and kept in another
+    bad = "has leading or trailing whitespace"
   elif "/" in text or "\\" in text or (os.sep in text) or (os.altsep and os.altsep in text):
     bad = "contains a path separator"
   elif os.path.isabs(text):
@@ -361,9 +363,21 @@ def loads_json(text: str, path: str, what: str = "file", finite: bool = True):
   finite=False reads numbers as Python's json does (NaN, Infinity, 1e999 -> inf): for prediction files, whose
   non-finite scores the evaluators count and score as the official scripts do, instead of refusing the file.
   """
+  def no_duplicates(pairs):
+    # json keeps the last of two equal keys: a repeated id would silently replace the first (a test clip's entry
+    # turning into a train clip's)
+    out = {}
+    for key, value in pairs:
+      if key in out:
+        pos = max(text.find(json.dumps(key)), 0)
+        raise ValueError(f"{what} {path}: key {key!r} appears twice in one object (first at line "
+                         f"{text.count(chr(10), 0, pos) + 1}); the second would silently replace the first")
+      out[key] = value
+    return out
+
   if not finite:
     try:
-      return json.loads(text)
+      return json.loads(text, object_pairs_hook=no_duplicates)
     except json.JSONDecodeError as e:
       raise ValueError(f"{what} {path}: line {e.lineno}, column {e.colno}: not valid JSON ({e.msg})") from None
 
@@ -383,7 +397,8 @@ def loads_json(text: str, path: str, what: str = "file", finite: bool = True):
     raise _json_number_error(text, s, path, what)
 
   try:
-    return json.loads(text, parse_float=parse_float, parse_int=parse_int, parse_constant=parse_constant)
+    return json.loads(text, parse_float=parse_float, parse_int=parse_int, parse_constant=parse_constant,
+                      object_pairs_hook=no_duplicates)
   except json.JSONDecodeError as e:
     raise ValueError(f"{what} {path}: line {e.lineno}, column {e.colno}: not valid JSON ({e.msg})") from None
 
@@ -398,3 +413,122 @@ def text_stream(path: str, what: str = "file"):
   """The file as a text stream for csv / pandas readers (UTF-8 checked by `read_text`, newlines kept as written)."""
   import io as std_io  # pylint: disable=g-import-not-at-top
   return std_io.StringIO(read_text(path, what), newline="")
+
+
+# ------------------------------------------------------------------------ outputs never touch inputs, never escape
+
+def real_path(path) -> str:
+  """The resolved absolute path (`~` expanded, every symlink followed); a URI unchanged."""
+  path = os.fspath(path)
+  return path if is_uri(path) else os.path.realpath(os.path.abspath(os.path.expanduser(path)))
+
+
+def _within(path: str, folder: str) -> bool:
+  return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def _named_paths(paths) -> list:
+  """[(name, path)] of a {name: path, list of paths or None} mapping."""
+  out = []
+  for name, value in paths.items():
+    for p in (value if isinstance(value, (list, tuple)) else [value]):
+      if p not in (None, "") and isinstance(p, (str, os.PathLike)):
+        out.append((name, os.fspath(p)))
+  return out
+
+
+def check_outputs(inputs, outputs) -> None:
+  """Refuses to write an output that is an input, holds one, or replaces a file inside an input folder, compared by
+  real path (so a symlink or `..` cannot disguise it). `inputs`: {what it is (e.g. "the input --gt"): path, list of paths
+  or None}; `outputs`: {argument (e.g. "--out"): path or None}. The one guard every command runs before it writes anything."""
+  ins = [(n, p, real_path(p)) for n, p in _named_paths(inputs) if is_uri(p) or os.path.lexists(p)]
+  for out_name, out in _named_paths(outputs):
+    real_out = real_path(out)
+    for in_name, path, real_in in ins:
+      if _within(real_in, real_out):
+        raise ValueError(f"{out_name} {out} is or holds {in_name} {path}: writing it would destroy the input. "
+                         f"Choose another {out_name}")
+      if os.path.isdir(real_in) and _within(real_out, real_in) and os.path.isfile(real_out):
+        raise ValueError(f"{out_name} {out} is a file inside {in_name} folder {path}: writing it would replace "
+                         f"an input. Choose another {out_name}")
+
+
+def check_args(args, outputs) -> None:
+  """`check_outputs` for a parsed argparse namespace: the arguments named in `outputs` (dest names such as "out",
+  "plot", or {dest: computed path} for defaults worked out after parsing) are outputs; every other argument whose
+  value names an existing path is an input."""
+  values = vars(args)
+  outputs = dict(outputs) if isinstance(outputs, dict) else {k: values.get(k) for k in outputs}
+  flag = lambda dest: "--" + dest.replace("_", "-")  # noqa: E731
+  inputs = {f"the input {flag(k)}": v for k, v in values.items() if k not in outputs}
+  check_outputs(inputs, {flag(k): v for k, v in outputs.items()})
+
+
+def check_links_inside(root: str) -> None:
+  """Refuses a folder holding a symlink whose target leaves it: a writer that follows it would write outside."""
+  real_root = real_path(root)
+  for dirpath, dirnames, filenames in os.walk(root):
+    for name in dirnames + filenames:
+      path = os.path.join(dirpath, name)
+      if os.path.islink(path) and not _within(real_path(path), real_root):
+        raise ValueError(f"{path} is a symbolic link to {os.readlink(path)}, outside {root}: writing through it "
+                         "would change files outside the output folder; remove the link")
+
+
+# --------------------------------------------------------------------------- one reader per binary input kind
+
+def npz_member(z, key: str, path: str, what: str = "file", trust_pickles: bool = False):
+  """Member `key` of an open np.load(.npz) `z`: a pickled member is refused (UnsafeInputError) and any other error
+  names the file and member (numpy reads members lazily, so this is where a pickle or damage shows)."""
+  try:
+    return z[key]
+  except ValueError as e:
+    if not trust_pickles and "allow_pickle" in str(e):
+      raise _untrusted(path, f"{what} (.npz, member {key!r})") from None
+    raise ValueError(f"{what} {path}: member {key!r} cannot be read ({e})") from None
+  except (OSError, EOFError, KeyError) as e:
+    raise ValueError(f"{what} {path}: member {key!r} cannot be read ({type(e).__name__}: {e})") from None
+
+
+def load_npz(path: str, what: str = "file", trust_pickles: bool = False) -> dict:
+  """{name: array} of a .npz file (local or a URI), read whole (`npz_member` for each); errors name the file."""
+  import zipfile  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  try:
+    with epath_of(path).open("rb") as f, np.load(f, allow_pickle=trust_pickles) as z:
+      return {k: npz_member(z, k, path, what, trust_pickles) for k in z.files}
+  except FileNotFoundError:
+    raise FileNotFoundError(f"{what} {path} does not exist") from None
+  except (OSError, EOFError, zipfile.BadZipFile) as e:
+    raise ValueError(f"{what} {path}: cannot read as .npz ({type(e).__name__}: {e})") from None
+  except ValueError as e:
+    if isinstance(e, UnsafeInputError) or str(e).startswith(f"{what} {path}"):
+      raise
+    raise ValueError(f"{what} {path}: cannot read as .npz ({e})") from None
+
+
+def read_image(path: str, mode: str, what: str = "image"):
+  """The image at `path` as a numpy array in PIL `mode` ("RGB", "L", ...). ValueError naming the file for anything
+  PIL cannot or will not read, a decompression bomb included (PIL's size limit: a warning above it, an error above
+  twice it; both refused), so a caller that skips bad items can skip it."""
+  import warnings  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+  try:
+    with warnings.catch_warnings():
+      warnings.simplefilter("error", Image.DecompressionBombWarning)
+      with (epath_of(path).open("rb") if is_uri(path) else open(path, "rb")) as f, Image.open(f) as im:  # gs:// too
+        im.load()
+        return np.asarray(im.convert(mode))
+  except FileNotFoundError:
+    raise FileNotFoundError(f"{what} {path} does not exist") from None
+  except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
+    raise ValueError(f"{what} {path}: refused as a decompression bomb ({e})") from None
+  except (OSError, ValueError, SyntaxError, EOFError) as e:  # PIL raises these for truncated / non-image files
+    raise ValueError(f"{what} {path}: cannot read as an image ({e})") from None
+
+
+def read_mask(path: str, what: str = "mask"):
+  """A mask PNG as bool [H, W]: PIL `convert("L") > 0`, the official ST-Evidence rule (palette, RGB(A) and grey
+  masks alike: a pixel whose luminance rounds to 0 is background). Errors as `read_image`."""
+  return read_image(path, "L", what) > 0

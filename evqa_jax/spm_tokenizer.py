@@ -129,8 +129,8 @@ def load_tokenizer(path: str, config_key: str = "config.model.tokenizer / config
     cfg = {}
     cfg_path = os.path.join(path, "tokenizer_config.json")
     if os.path.exists(cfg_path):
-      with open(cfg_path) as f:
-        cfg = json.load(f)
+      from evqa_jax import io as io_lib  # pylint: disable=g-import-not-at-top
+      cfg = io_lib.load_json(cfg_path, "tokenizer config")
     if cfg.get("split_by_punct"):
       raise ValueError(f"{cfg_path}: split_by_punct is set; only the DeBERTa-v2 releases without it (xlarge, "
                        "xxlarge) are supported")

@@ -341,6 +341,7 @@ def _flip_silently(ckpt_state_dir, workdir):
   import glob
   import jax
   from evqa_jax.train.checkpointing import load_checkpoint_arrays
+  from evqa_jax.train.safeguards import ChecksumMismatchError
   _, before = load_checkpoint_arrays(workdir)
   before = {jax.tree_util.keystr(p): np.asarray(v) for p, v in jax.tree_util.tree_leaves_with_path(before)}
   data = max(glob.glob(os.path.join(ckpt_state_dir, "ocdbt.process_0", "d", "*")), key=os.path.getsize)
@@ -353,6 +354,8 @@ def _flip_silently(ckpt_state_dir, workdir):
       f.write(bytes([byte[0] ^ 0x40]))
     try:
       _, after = load_checkpoint_arrays(workdir)
+    except ChecksumMismatchError as e:  # read back, but changed: load_checkpoint_arrays verifies the checksums
+      return str(e).split("(first: ")[1].split(")")[0]
     except Exception:  # pylint: disable=broad-except  (this flip is caught by decompression: try another)
       after = None
     if after is not None:

@@ -204,13 +204,23 @@ def test_nan_loss_stops_with_the_step_and_workdir(world, tmp_path):
 
 
 def test_data_pipeline_changed_under_a_checkpoint(world, trained, tmp_path):
-  """Batch size and seed are not part of the experiment's identity, but the checkpointed data iterator was made for
-  them: resuming with another batch size or seed must stop instead of continuing at a different position."""
+  """Batch size and seed are part of the experiment's identity (issue 39: the whole config is); the checkpointed
+  data iterator was made for them too, so even with the identity gone (no config.json, no meta/, unverified
+  checkpoints allowed) resuming with another batch size or seed stops instead of continuing at a different
+  position."""
   work = tmp_path / "w"
   shutil.copytree(trained, work)
   for field, value in (("batch_size", 16), ("seed", 7)):
     c = tiny_config(world)
+    setattr(c, field, value)
+    with pytest.raises(ValueError, match=rf"holds a checkpoint of another experiment; it differs in {field} "):
+      train(c, work)
+  shutil.rmtree(work / "checkpoints" / "1" / "meta")
+  for field, value in (("batch_size", 16), ("seed", 7)):
+    os.remove(work / "config.json")  # (a refused start has written its own)
+    c = tiny_config(world)
     c.total_steps = 2
+    c.checkpoint.allow_unverified = True
     setattr(c, field, value)
     with pytest.raises(ValueError) as e:
       train(c, work)

@@ -13,6 +13,7 @@ import pytest
 from PIL import Image
 
 from evqa_jax.train import sweep as sweep_lib
+from evqa_jax.train import workdir as workdir_lib
 
 CONFIG = textwrap.dedent('''
     import ml_collections
@@ -37,7 +38,8 @@ CODE = {"evqa_jax": "0.1.0", "sources_sha256": "c0ffee"}  # the code version the
 def _write_run(run_dir, config, eps, code=CODE):
   os.makedirs(os.path.join(run_dir, "eval"), exist_ok=True)
   with open(os.path.join(run_dir, "config.json"), "w") as f:
-    json.dump({"identity": {}, "config": config, **({"code": code} if code is not None else {})}, f)
+    json.dump({"identity": workdir_lib.config_identity(config), "config": config,
+               **({"code": code} if code is not None else {})}, f)
   with open(os.path.join(run_dir, "train_history.jsonl"), "w") as f:
     f.write(json.dumps({"step": 1, "loss": eps}) + "\n")
   with open(os.path.join(run_dir, "final_metrics.json"), "w") as f:
@@ -72,7 +74,8 @@ def test_runs_missing_points_only_and_writes_tables_and_plot(tmp_path, config_pa
   monkeypatch.setattr(sweep_lib, "_run_point", fake)
   workdir = str(tmp_path / "sweep")
   # eps_0.7 finished in an earlier (interrupted) sweep; eps_0.0 was interrupted before finishing.
-  _write_run(os.path.join(workdir, "eps_0.7"), {"stale": True}, 0.7)
+  _write_run(os.path.join(workdir, "eps_0.7"),
+             sweep_lib.point_config(module, "demo", {"name": "", "overrides": {"verbalizer.eps": 0.7}}), 0.7)
   os.makedirs(os.path.join(workdir, "eps_0.0", "checkpoints"))
 
   table = sweep_lib.run_sweep(config_path + ":demo", "eps", workdir)

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from typing import Any, Callable, Mapping
 
 import grain
@@ -50,6 +51,8 @@ import grain.python as gp
 import numpy as np
 import orbax.checkpoint as ocp
 from etils import epath
+
+from evqa_jax import io as io_lib
 
 Transform = Callable[[dict], Mapping[str, Any]]
 VALID_KEY = "_valid"
@@ -383,11 +386,32 @@ def _grain_state_for_step(step: int, loader: grain.DataLoader) -> dict:
 # ---------------------------------------------------------------- Orbax
 
 
+def _payload_checksum(payload: dict) -> str:
+  from evqa_jax.train import safeguards  # pylint: disable=g-import-not-at-top  (train imports data)
+  return safeguards.payload_checksum(payload)
+
+
+def _verified_payload(path, allow_unverified: bool) -> dict:
+  """The iterator state in `path`, its checksum verified (the training safeguards' rule for every restored item)."""
+  from evqa_jax.train import safeguards  # pylint: disable=g-import-not-at-top
+  payload = io_lib.load_json(path, "data iterator state")
+  if not isinstance(payload, dict):
+    raise ValueError(f"data iterator state {path} is not a JSON object")
+  if "sha256" not in payload:
+    if not allow_unverified:
+      raise safeguards.unverified(os.fspath(epath.Path(path).parent.parent), f"its data iterator state ({path})")
+  elif payload["sha256"] != _payload_checksum(payload):
+    raise safeguards.ChecksumMismatchError(f"data iterator state {path} does not match its saved checksum; the "
+                                           "checkpoint is damaged (resuming from it would skip or repeat batches)")
+  return payload
+
+
 class DataIteratorHandler(ocp.CheckpointHandler):
   """Orbax handler for a DataIterator: one JSON file per process, holding the step and the plan."""
 
   def save(self, directory: epath.Path, args: "DataIteratorSave"):
     payload = dict(args.payload)
+    payload["sha256"] = _payload_checksum(payload)  # verified on restore: a flipped bit is not a skipped batch
     name = f"process_{payload['process_index']}-of-{payload['process_count']}.json"
     (epath.Path(directory) / name).write_text(json.dumps(payload, indent=2, sort_keys=True))
 
@@ -401,7 +425,7 @@ class DataIteratorHandler(ocp.CheckpointHandler):
     files = [own] if own.exists() else sorted(directory.glob("process_*-of-*.json"))
     if not files:
       raise FileNotFoundError(f"no data iterator state (process_*-of-*.json) in {directory}")
-    payloads = [json.loads(f.read_text()) for f in files]
+    payloads = [_verified_payload(f, args.allow_unverified) for f in files]
     steps = {p["step"] for p in payloads}
     if len(steps) != 1:
       raise ValueError(f"data iterator states in {directory} disagree on the step: {sorted(steps)}")
@@ -440,6 +464,7 @@ class DataIteratorSave(ocp.args.CheckpointArgs):
 @dataclasses.dataclass
 class DataIteratorRestore(ocp.args.CheckpointArgs):
   item: Any
+  allow_unverified: bool = False
 
 
 def checkpoint_args_save(iterator: DataIterator) -> DataIteratorSave:
@@ -457,8 +482,9 @@ def checkpoint_args_save(iterator: DataIterator) -> DataIteratorSave:
   })
 
 
-def checkpoint_args_restore(iterator: DataIterator) -> DataIteratorRestore:
-  """Orbax args for the checkpoint item "data": restores into `iterator` (a fresh one is fine)."""
+def checkpoint_args_restore(iterator: DataIterator, allow_unverified: bool = False) -> DataIteratorRestore:
+  """Orbax args for the checkpoint item "data": restores into `iterator` (a fresh one is fine). The state file's
+  checksum is verified; a state without one is refused unless `allow_unverified`."""
   if not isinstance(iterator, DataIterator):
     raise TypeError(f"checkpoint_args_restore wants iter(make_train_loader(...)), got {type(iterator).__name__}")
-  return DataIteratorRestore(item=iterator)
+  return DataIteratorRestore(item=iterator, allow_unverified=allow_unverified)

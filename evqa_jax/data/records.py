@@ -64,10 +64,7 @@ def load_metadata(out_dir: str) -> dict:
   path = evqa_io.epath_of(out_dir) / METADATA_FILE
   if not path.exists():
     return {}
-  try:
-    meta = json.loads(path.read_text())
-  except json.JSONDecodeError as e:
-    raise ValueError(f"{path}: invalid JSON ({e})") from e
+  meta = evqa_io.load_json(os.fspath(path), "dataset metadata")  # UTF-8, valid JSON; errors name the file
   if not isinstance(meta, dict):
     raise ValueError(f"{path}: expected a JSON object, got {type(meta).__name__}")
   return meta
@@ -128,21 +125,44 @@ def split_paths(data_dir: str, split: str) -> list[str]:
   return [evqa_io.absolute(p) for p in paths]
 
 
-def expected_shard_sizes(paths) -> dict[str, int]:
-  """{shard path: number of records metadata.json says it holds} for the shards that a metadata.json next to them
-  lists (readers compare it with the shard's .idx: a damaged or short index must not shrink the dataset)."""
-  out, metas = {}, {}
+def check_record_counts(paths, found: Mapping[str, int], unknown=()) -> None:
+  """ValueError when the records located in `paths` are fewer or more than the metadata.json beside them says: per
+  shard (its "shard_sizes"), else per split ("num_examples", over the split's shards when all of them are in
+  `paths`). `found`: {shard path: records located (read back, or reported corrupt)}; shards in `unknown` (whose rest
+  could not be located after a damaged length field, reported with the skipped records) are left out. So a damaged
+  or short .idx, or a shard cut at a record boundary together with its index, never shrinks a dataset silently."""
+  by_dir: dict[str, list] = {}
   for p in paths:
     d, name = os.path.split(os.path.abspath(p))
-    if d not in metas:
-      try:
-        metas[d] = {s: n for e in load_metadata(d).get("splits", {}).values()
-                    for s, n in zip(e.get("shards", []), e.get("shard_sizes", []))}
-      except ValueError:
-        metas[d] = {}
-    if name in metas[d]:
-      out[p] = int(metas[d][name])
-  return out
+    by_dir.setdefault(d, []).append((name, p))
+  for d, shards in by_dir.items():
+    try:
+      splits = load_metadata(d).get("splits", {})
+    except ValueError:
+      continue  # a dataset without readable metadata has nothing to compare with (the readers report it)
+    present = dict(shards)
+    meta_path = os.path.join(d, METADATA_FILE)
+    for split, entry in splits.items():
+      names = list(entry.get("shards", []))
+      sizes = entry.get("shard_sizes")
+      if sizes:
+        for name, n in zip(names, sizes):
+          p = present.get(name)
+          if p is not None and p not in unknown and found[p] != int(n):
+            idx = tfrecord.index_path(p)
+            where = idx if evqa_io.epath_of(idx).exists() else p
+            raise ValueError(
+                f"{where} lists {found[p]} records but {meta_path} says shard {name} holds {n}: the index (or "
+                "shard) is damaged or short. Delete the .idx to rebuild it by scanning the shard, or convert the "
+                "data again")
+      elif "num_examples" in entry and names and all(n in present for n in names) \
+          and not any(present[n] in unknown for n in names):
+        total = sum(found[present[n]] for n in names)
+        if total != int(entry["num_examples"]):
+          raise ValueError(
+              f"split {split!r}: its shards ({', '.join(names)}) hold {total} records but {meta_path} says "
+              f"{entry['num_examples']} (num_examples): a shard or its index is damaged or short. Delete the "
+              ".idx files to rebuild them by scanning, or convert the data again")
 
 
 def _spool(examples: Iterable[dict], spec, split: str, tmp_dir: str):

@@ -46,12 +46,17 @@ def _as_spec(spec: Mapping[str, Any]) -> dict[str, Feature]:
   return out
 
 
-def _check_file(path: str, skipped: list) -> np.ndarray:
-  """Offsets of the records of `path` that pass both CRC checks; appends the bad ones to `skipped`."""
+def _check_file(path: str, skipped: list) -> tuple[np.ndarray, int | None]:
+  """(offsets of the records of `path` that pass both CRC checks, records located: good + corrupt, None when the
+  rest of the file could not be located); appends the bad ones to `skipped`."""
   good = []
+  n_skipped = len(skipped)
+  located = True
   with evqa_io.epath_of(path).open("rb") as f:
     try:
       offsets = tfrecord.load_index(path) if evqa_io.epath_of(tfrecord.index_path(path)).exists() else None
+      if offsets is not None:
+        tfrecord.check_index_covers(path, offsets)  # a short index would hide the records after its end
     except ValueError as e:
       logging.warning("TFRecordDataSource: ignoring bad index of %s (%s); scanning the file", path, e)
       offsets = None
@@ -76,10 +81,11 @@ def _check_file(path: str, skipped: list) -> np.ndarray:
             off += tfrecord.HEADER_BYTES + length + tfrecord.FOOTER_BYTES
             continue
           skipped.append((path, e.offset, e.reason + "; the rest of the file cannot be located"))
+          located = False
           break
         good.append(off)
         off += tfrecord.HEADER_BYTES + len(data) + tfrecord.FOOTER_BYTES
-  return np.asarray(good, dtype=np.uint64)
+  return np.asarray(good, dtype=np.uint64), (len(good) + len(skipped) - n_skipped) if located else None
 
 
 class TFRecordDataSource:
@@ -98,20 +104,22 @@ class TFRecordDataSource:
     self.spec = _as_spec(spec)
     self.on_corrupt = on_corrupt
     self.skipped: list[tuple[str, int, str]] = []
-    per_file = []
-    expected = records.expected_shard_sizes(self.paths)
+    per_file, found, unknown = [], {}, set()
     for p in self.paths:
-      if on_corrupt == "skip":  # corrupt records are dropped, so the count may legitimately be smaller
-        per_file.append(_check_file(p, self.skipped))
-        continue
-      offsets = tfrecord.load_index(p)
-      if p in expected and len(offsets) != expected[p]:
-        where = tfrecord.index_path(p) if os.path.exists(tfrecord.index_path(p)) else p
-        raise ValueError(
-            f"{where} lists {len(offsets)} records but {os.path.join(os.path.dirname(p), records.METADATA_FILE)} "
-            f"says shard {os.path.basename(p)} holds {expected[p]}: the index (or shard) is damaged or short. "
-            "Delete the .idx to rebuild it by scanning the shard, or convert the data again")
+      if on_corrupt == "skip":  # corrupt records are dropped and listed; every record must still be accounted for
+        offsets, located = _check_file(p, self.skipped)
+        if located is None:
+          unknown.add(p)
+        found[p] = located or 0
+      else:
+        offsets = tfrecord.load_index(p)
+        found[p] = len(offsets)
       per_file.append(offsets)
+    # In every mode: the records located (good + corrupt) must be as many as metadata.json says.
+    records.check_record_counts(self.paths, found, unknown)
+    if on_corrupt == "raise":
+      for p, offsets in zip(self.paths, per_file):
+        tfrecord.check_index_covers(p, offsets)
     if self.skipped:
       logging.warning("TFRecordDataSource: skipped %d corrupt record(s): %s", len(self.skipped),
                       "; ".join(f"{p} @ byte {o}: {r}" for p, o, r in self.skipped))

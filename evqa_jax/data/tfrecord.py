@@ -225,6 +225,24 @@ def load_index(path: str) -> np.ndarray:
   return offsets
 
 
+def check_index_covers(path: str, offsets: np.ndarray) -> None:
+  """ValueError when the index `offsets` ends before `path` does (an .idx cut short lists fewer records than the shard
+  holds, every one of them readable). Reads one record header. An index reaching past the end (a truncated shard) is
+  left to the readers, whose CorruptRecordError names the byte where the shard ends."""
+  with evqa_io.epath_of(path).open("rb") as f:
+    size = file_size(f)
+    end = 0
+    if len(offsets):
+      header = _pread(f, HEADER_BYTES, int(offsets[-1]))
+      if len(header) < HEADER_BYTES:
+        return
+      end = int(offsets[-1]) + HEADER_BYTES + _HEADER.unpack(header)[0] + FOOTER_BYTES
+  if end < size:
+    raise ValueError(f"index file {index_path(path)} lists {len(offsets)} records ending at byte {end}, but {path} "
+                     f"has {size} bytes: the index is short or damaged (the shard holds more records). Delete the "
+                     ".idx to rebuild it by scanning the shard")
+
+
 def iter_records(path: str, verify: bool = True) -> Iterator[bytes]:
   """Yields the data of every record of `path` in file order; raises CorruptRecordError on bad framing/CRC."""
   with evqa_io.epath_of(path).open("rb") as f:

@@ -256,6 +256,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
   parser.add_argument("--out", required=True, help="metrics JSON to write")
   parser.add_argument("--plot", default=None, help="optional PNG: per-answer accuracy vs train frequency")
   args = parser.parse_args(argv)
+  io.check_args(args, ["out", "plot"])
   if args.plot and args.train_csv is None:
     parser.error("--plot needs --train-csv (the train frequency of each answer)")
 

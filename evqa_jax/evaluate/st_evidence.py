@@ -47,7 +47,6 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 import pandas as pd
-from PIL import Image
 
 from evqa_jax import cli
 from evqa_jax import io
@@ -123,9 +122,8 @@ def read_mask(path: str) -> Optional[np.ndarray]:
   """bool [H, W] = PIL convert('L') > 0 (so a colour pixel whose luminance rounds to 0 is background, exactly as the
   official script); None when the file cannot be read as an image (the official script then skips the frame)."""
   try:
-    with io.epath_of(path).open("rb") as f, Image.open(f) as im:  # local or gs://...
-      return np.asarray(im.convert("L")) > 0
-  except Exception:  # pylint: disable=broad-except  (the official loader skips any unreadable file)
+    return io.read_mask(path)  # the one mask reader (the converter's too)
+  except (OSError, ValueError):  # the official loader skips any unreadable file
     return None
 
 
@@ -339,12 +337,13 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
 
   pred_masks = args.pred_masks
   if args.gt_masks is not None and pred_masks is None:
-    pred_masks = default_pred_masks(args.pred, args.mask_mode)
+    pred_masks = args.pred_masks = default_pred_masks(args.pred, args.mask_mode)
+  out_path = args.out or os.path.join(os.path.dirname(args.pred),
+                                      os.path.splitext(os.path.basename(args.pred))[0] + "_eval.json")
+  io.check_args(args, {"out": out_path, "per_entry": args.per_entry})
   metrics, per_entry = evaluate(args.gt_csv, args.pred, args.gt_masks, pred_masks,
                                 match_frame_numbers=args.match_frame_numbers)
   out = json_safe(dict(official=official_block(metrics), **metrics, per_sample_scores=per_entry))
-  out_path = args.out or os.path.join(os.path.dirname(args.pred),
-                                      os.path.splitext(os.path.basename(args.pred))[0] + "_eval.json")
   io.write_json(out_path, out)
   if args.per_entry:
     io.write_json(args.per_entry, json_safe(per_entry))

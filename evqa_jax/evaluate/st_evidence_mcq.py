@@ -235,6 +235,10 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
                       help="stricter than the official script: ground-truth entries absent from --pred count wrong")
   parser.add_argument("--out", default=None, help="metrics JSON (default <results dir>/<results stem>_metrics.json)")
   args = parser.parse_args(argv)
+  source = args.results if args.results is not None else args.pred
+  out_path = args.out or (source and os.path.join(os.path.dirname(source),
+                                                  os.path.splitext(os.path.basename(source))[0] + "_metrics.json"))
+  io.check_args(args, {"out": out_path})
 
   release = any(p is not None for p in (args.mcq_csv, args.temp_options, args.mask_options))
   if args.results is not None:
@@ -256,8 +260,6 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
   m = st.mcq_results_metrics(results)
   out = dict(official=official_summary(m), **st.flatten_mcq(m, missing), num_unmatched_predictions=unmatched)
   out = json_safe(out)
-  out_path = args.out or os.path.join(os.path.dirname(source),
-                                      os.path.splitext(os.path.basename(source))[0] + "_metrics.json")
   io.write_json(out_path, out)
   for t in st.MCQ_TASKS:
     print(f"{t:>9}: {out[t]:6.2f}%  ({out[f'{t}_correct']}/{out[f'{t}_total']} correct, "

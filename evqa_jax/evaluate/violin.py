@@ -108,6 +108,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
   parser.add_argument("--split", action="append", default=None,
                       help="split to score (default test); repeatable, each split scored on its own")
   args = parser.parse_args(argv)
+  io.check_args(args, ["out"])
 
   splits = list(dict.fromkeys(args.split or ["test"]))
   clips = read_annotation(args.gt)

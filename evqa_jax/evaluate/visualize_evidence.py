@@ -58,8 +58,7 @@ def read_pred_mask(pred_masks: str, entry_id: str, frame: int, size) -> Optional
   for name in sorted(p.name for p in io_lib.epath_of(d).iterdir()):
     stem = os.path.splitext(name)[0]
     if name.lower().endswith(".png") and stem.isdigit() and int(stem) == frame:
-      with io_lib.epath_of(os.path.join(d, name)).open("rb") as f, Image.open(f) as im:
-        m = np.asarray(im.convert("L")) > 0
+      m = io_lib.read_mask(os.path.join(d, name), "predicted mask")
       if m.shape != tuple(size):
         m = np.asarray(Image.fromarray(m.astype(np.uint8) * 255).resize((size[1], size[0]), Image.NEAREST)) > 127
       return m
@@ -88,7 +87,7 @@ def render(records_dir: str, pred_json: str, pred_masks: str, entry_ids: Sequenc
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 
-  preds = json.loads(io_lib.epath_of(pred_json).read_text())
+  preds = io_lib.load_json(pred_json, "prediction JSON", finite=False)
   recs = find_records(records_dir, entry_ids)
   n = len(entry_ids)
   fig = plt.figure(figsize=(1.6 * num_frames, 3.0 * n))
@@ -144,6 +143,7 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
   p.add_argument("--out", required=True, help="PNG to write")
   p.add_argument("--num-frames", type=int, default=8, help="frames shown per entry")
   a = p.parse_args(argv)
+  io_lib.check_args(a, ["out"])
   entries = [io_lib.check_id(e.strip(), f"--entries item {k}", "entry id")
              for k, e in enumerate(a.entries.split(",")) if e.strip()]
   if not entries:

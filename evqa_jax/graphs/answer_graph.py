@@ -90,17 +90,17 @@ class AnswerGraph:
 
 def load_answer_graph(path: str) -> AnswerGraph:
   """Reads a graph written by `AnswerGraph.save`."""
-  with io.epath_of(path).open("rb") as f, np.load(f, allow_pickle=False) as z:
-    missing = [k for k in _NPZ_KEYS if k not in z.files]
-    if missing:
-      raise ValueError(f"{path}: not an answer graph, missing arrays {missing} (has {z.files})")
-    graph = AnswerGraph.__new__(AnswerGraph)
-    graph.node_words = [str(w) for w in z["node_words"].tolist()]
-    graph.senders = z["senders"].astype(np.int32)
-    graph.receivers = z["receivers"].astype(np.int32)
-    graph.num_answers = int(z["num_answers"])
-    graph.info = json.loads(str(z["info"]))
-    graph.node_features = z["node_features"].astype(np.float32) if "node_features" in z.files else None
+  z = io.load_npz(path, "answer graph")  # pickled members refused, errors name the file
+  missing = [k for k in _NPZ_KEYS if k not in z]
+  if missing:
+    raise ValueError(f"{path}: not an answer graph, missing arrays {missing} (has {sorted(z)})")
+  graph = AnswerGraph.__new__(AnswerGraph)
+  graph.node_words = [str(w) for w in z["node_words"].tolist()]
+  graph.senders = z["senders"].astype(np.int32)
+  graph.receivers = z["receivers"].astype(np.int32)
+  graph.num_answers = int(z["num_answers"])
+  graph.info = io.loads_json(str(z["info"]), path, "answer graph info")
+  graph.node_features = z["node_features"].astype(np.float32) if "node_features" in z else None
   graph.validate(where=path)
   return graph
 

@@ -21,6 +21,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from evqa_jax import io
+
 _SPLIT_RE = re.compile(r"[-_/]+")
 
 
@@ -114,7 +116,7 @@ def _read_npy_parquet_dir(directory: str, max_words: Optional[int]) -> WordVecto
   idxs = sorted(f for f in os.listdir(directory) if f.endswith("_index.parquet"))
   if len(embs) != 1 or len(idxs) != 1:
     raise ValueError(f"{directory}: expected exactly one *_emb.npy and one *_index.parquet, found {embs} and {idxs}")
-  matrix = np.load(os.path.join(directory, embs[0]), mmap_mode="r")
+  matrix = io.load_npy(os.path.join(directory, embs[0]), mmap_mode="r")
   table = pd.read_parquet(os.path.join(directory, idxs[0]))
   if "index" not in table.columns:
     raise ValueError(f"{os.path.join(directory, idxs[0])}: no column `index` (columns: {list(table.columns)})")

@@ -459,6 +459,13 @@ def hf_rules(config: BertConfig) -> Dict[str, hf_utils.Rule]:
   return rules
 
 
+# The tensors a BERT config implies (embeddings and every layer's attention, FFN and norms); the MLM head, adapters
+# and the visual projection may be absent from a checkpoint (from init).
+REQUIRED = (r"^embeddings/(word_embeddings|position_embeddings|token_type_embeddings|LayerNorm)/",
+            r"^encoder/layer_\d+/(attention/self|attention/output/(dense|LayerNorm)|intermediate/dense|"
+            r"output/(dense|LayerNorm))/")
+
+
 def load_hf_params(config: BertConfig, path: str, init_params=None):
   """Imports a Hugging Face BERT checkpoint (directory or model.safetensors / pytorch_model.bin file).
 
@@ -479,7 +486,8 @@ def load_hf_params(config: BertConfig, path: str, init_params=None):
     notes.append("no init_params given: parameters absent from the checkpoint initialised with PRNGKey(0)")
   init_flat = hf_utils.flatten_params(hf_utils.params_of(init_params))
   flat, report = hf_utils.assemble(init_flat, ckpt, hf_rules(config), source=file, init=init_flat,
-                                   ignore=(r"(^|\.)position_ids$",))
+                                   ignore=(r"(^|\.)position_ids$",), required=REQUIRED,
+                                   config_source=hf_utils.config_file_of(path))
   report.notes.extend(notes)
 
   # The decoder is tied to the word embeddings; older checkpoints also store the tied copies.

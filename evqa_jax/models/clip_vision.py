@@ -254,5 +254,6 @@ def load_hf_params(config: CLIPVisionConfig, path: str, init_params=None):
     init = None
   else:
     expected = init = hf_utils.flatten_params(hf_utils.params_of(init_params))
-  flat, report = hf_utils.assemble(expected, ckpt, hf_rules(config), source=file, init=init, ignore=_IGNORE)
+  flat, report = hf_utils.assemble(expected, ckpt, hf_rules(config), source=file, init=init, ignore=_IGNORE,
+                                   required=("",), config_source=hf_utils.config_file_of(path))  # all of it
   return hf_utils.unflatten_params(flat), report

@@ -812,6 +812,12 @@ def _rules(config: DebertaV2Config) -> Dict[str, hf_utils.Rule]:
   return rules
 
 
+# The tensors a DeBERTa-v2 config implies: word embeddings, the relative-position machinery and every layer's
+# attention, FFN and norms. Absolute position embeddings (dropped by transformers when position_biased_input is
+# false), token types, adapters, the visual projection and the head may be absent (from init).
+REQUIRED = (r"^deberta/embeddings/(word_embeddings|LayerNorm)/", r"^deberta/encoder/(rel_embeddings|LayerNorm|conv)/",
+            r"^deberta/encoder/layer_\d+/(attention/self|attention/output/(dense|LayerNorm)|intermediate/dense|"
+            r"output/(dense|LayerNorm))/")
 # Buffers and tied copies: position ids; the legacy head's decoder (tied to the word embeddings / the head bias);
 # FrozenBiLM's lm_head.decoder (an unused Linear kept "for compatibility", its bias aliases lm_head.bias).
 _IGNORE = (r"(^|\.)position_ids$", r"^lm_predictions\.lm_head\.decoder\.(weight|bias)$",
@@ -849,7 +855,7 @@ def init_variables(config: DebertaV2Config, rng) -> Dict[str, Any]:
   return jax.jit(lambda key: model.init(key, *args, **kw))(rng)
 
 
-def _load(config, ckpt, source, init_params):
+def _load(config, ckpt, source, init_params, config_source="the encoder config"):
   ckpt, rules = _canonical(ckpt), _rules(config)
   notes = []
   if init_params is None:
@@ -864,7 +870,8 @@ def _load(config, ckpt, source, init_params):
     expected, init_flat = shapes, None
   else:
     expected = init_flat = hf_utils.flatten_params(hf_utils.params_of(init_params))
-  flat, report = hf_utils.assemble(expected, ckpt, rules, source, init=init_flat, ignore=_IGNORE)
+  flat, report = hf_utils.assemble(expected, ckpt, rules, source, init=init_flat, ignore=_IGNORE,
+                                   required=REQUIRED, config_source=config_source)
   report.notes.extend(notes)
   abstract = [p for p in report.missing if isinstance(flat[p], jax.ShapeDtypeStruct)]
   if abstract:
@@ -887,7 +894,7 @@ def load_hf_params(config: DebertaV2Config, path: str, init_params=None):
   something is absent). Returns (params, report): the plain (unboxed) params tree, to be used as
   `DebertaV2LM(config).apply({"params": params}, ...)`, and an `hf_utils.LoadReport`.
   """
-  return _load(config, hf_utils.read_checkpoint(path), path, init_params)
+  return _load(config, hf_utils.read_checkpoint(path), path, init_params, hf_utils.config_file_of(path))
 
 
 def read_frozenbilm_checkpoint(path: str, trust_pickles: bool = False):

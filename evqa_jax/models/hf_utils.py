@@ -149,11 +149,10 @@ def _read_torch(path: str, state_dict_key: Optional[str], trust_pickles: bool,
 
 
 def _read_index(path: str, reader: Callable[[str], Dict[str, np.ndarray]]) -> Dict[str, np.ndarray]:
-  with open(path) as f:
-    try:
-      weight_map = json.load(f)["weight_map"]
-    except (json.JSONDecodeError, KeyError) as e:
-      raise ValueError(f"{path}: not a sharded-checkpoint index (needs a 'weight_map')") from e
+  index = evqa_io.load_json(path, "sharded-checkpoint index")
+  if not isinstance(index, dict) or not isinstance(index.get("weight_map"), dict):
+    raise ValueError(f"{path}: not a sharded-checkpoint index (needs a 'weight_map')")
+  weight_map = index["weight_map"]
   directory = os.path.dirname(path)
   out = {}
   for shard in sorted(set(weight_map.values())):
@@ -170,11 +169,7 @@ def read_hf_config(path: str) -> Tuple[str, Dict[str, Any]]:
   file = path if os.path.isfile(path) else os.path.join(path, "config.json")
   if not os.path.exists(file):
     raise FileNotFoundError(f"{file}: Hugging Face config.json not found")
-  with open(file) as f:
-    try:
-      return file, json.load(f)
-    except json.JSONDecodeError as e:
-      raise ValueError(f"{file}: invalid JSON: {e}") from e
+  return file, evqa_io.load_json(file, "Hugging Face config")
 
 
 def config_from_hf_dir(cls, path: str, **overrides):
@@ -392,10 +387,33 @@ def check_shape(our_path: str, keys: Iterable[str], value: np.ndarray, expected_
                      f"the checkpoint gives {tuple(value.shape)} (from {src}); does the config match the checkpoint?")
 
 
+def config_file_of(path: str) -> str:
+  """The config.json beside a checkpoint `path` (a directory, or a file in one), for errors naming both files."""
+  path = os.path.expanduser(path)
+  directory = path if os.path.isdir(path) else os.path.dirname(path)
+  file = os.path.join(directory, "config.json")
+  return file if os.path.exists(file) else "the encoder config (config.pretrained.dir / config.pretrained.shape)"
+
+
 def assemble(expected: Mapping[str, Any], ckpt: Mapping[str, np.ndarray], rules: Mapping[str, Rule],
              source: str, init: Optional[Mapping[str, Any]] = None,
-             ignore: Sequence[str] = ()) -> Tuple[Dict[str, Any], LoadReport]:
-  """Builds a flat params dict for every path of `expected`; see the module docstring."""
+             ignore: Sequence[str] = (), required: Sequence[str] = (),
+             config_source: str = "the config") -> Tuple[Dict[str, Any], LoadReport]:
+  """Builds a flat params dict for every path of `expected`; see the module docstring.
+
+  `required`: regexes over our paths of the tensors the config implies (the transformer's own layers: a config.json
+  saying 8 layers beside weights holding 6 must not train with 2 random layers). A matching parameter whose
+  checkpoint tensors are absent is a ValueError naming `source` (the weights) and `config_source` (the config),
+  never filled from init; parameters the checkpoint need not hold (adapters, visual projections, a head the release
+  lacks) match none."""
+  needed = [re.compile(p) for p in required]
+  absent = [p for p in expected if any(r.search(p) for r in needed)
+            and not (p in rules and all(k in ckpt for k in rules[p].keys))]
+  if absent:
+    weights = resolve_checkpoint_file(source) if os.path.isdir(source) else source
+    keys = ", ".join(f"{p} <- {'/'.join(rules[p].keys) if p in rules else '?'}" for p in absent[:3])
+    raise ValueError(f"{weights}: {len(absent)} tensor(s) that {config_source} implies are not in the weights "
+                     f"(e.g. {keys}): the config and the weights do not match (layer count or sizes?)")
   report = LoadReport(source=source)
   used = set()
   out = {}

@@ -87,8 +87,9 @@ def save_checkpoint(mngr: ocp.CheckpointManager, step: int, state, train_iter, i
       meta=ocp.args.JsonSave({"step": int(step), "identity": identity, "checksums": checksums})))
 
 
-def _restore_step(mngr, step: int, state, train_iter, identity: dict):
-  """Restores `step` into (state, train_iter). The state is read first: a damaged state never touches the iterator."""
+def _restore_step(mngr, step: int, state, train_iter, identity: dict, allow_unverified: bool = False):
+  """Restores `step` into (state, train_iter), every item verified: the experiment identity, a checksum per array and
+  the iterator state's checksum and step. The state is read first: a damaged state never touches the iterator."""
   step_dir = os.path.join(os.fspath(mngr.directory), str(step))
   meta = {}
   if io_lib.epath_of(os.path.join(step_dir, "meta")).is_dir():
@@ -100,24 +101,31 @@ def _restore_step(mngr, step: int, state, train_iter, identity: dict):
       raise CheckpointMismatchError(
           f"checkpoint {step_dir} was written by another experiment; it differs in {'; '.join(diffs)}. "
           "Use a new --workdir or delete that one")
+  elif not allow_unverified:
+    raise safeguards.unverified(step_dir, "its arrays, experiment identity and data iterator state")
   restored = mngr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(_abstract(state))))
-  safeguards.verify_checksums(restored["state"], meta.get("checksums"), step_dir)
+  safeguards.verify_checksums(restored["state"], meta.get("checksums"), step_dir, allow_unverified)
   try:
-    mngr.restore(step, args=ocp.args.Composite(data=pipeline.checkpoint_args_restore(train_iter)))
+    mngr.restore(step, args=ocp.args.Composite(data=pipeline.checkpoint_args_restore(train_iter, allow_unverified)))
   except ValueError as e:
     if "differs from the one being restored" in str(e):  # batch size, seed or dataset changed
       raise CheckpointMismatchError(f"cannot resume from {step_dir}: {e}") from e
     raise
+  if meta and train_iter.step != meta.get("step", step):  # each train step takes one batch
+    raise safeguards.ChecksumMismatchError(f"checkpoint {step_dir}: the data iterator state is at batch "
+                                           f"{train_iter.step}, the train state at step {meta.get('step', step)}")
   return restored["state"]
 
 
-def restore_latest(mngr: ocp.CheckpointManager, state, make_iter, identity: dict | None = None):
+def restore_latest(mngr: ocp.CheckpointManager, state, make_iter, identity: dict | None = None,
+                   allow_unverified: bool = False):
   """Restores the newest checkpoint that reads back completely -> (step or None, state or None, data iterator).
 
   `make_iter()` gives a fresh training iterator (positioned at the start); the one returned is positioned at the
   restored step. A checkpoint that fails to read (truncated or missing files, a half-written step) is reported,
   moved to <workdir>/checkpoints_damaged/ (so the step can be written again) and the previous one is tried. A
-  checkpoint of another experiment or data pipeline raises CheckpointMismatchError instead.
+  checkpoint of another experiment or data pipeline raises CheckpointMismatchError instead, and one without checksums
+  UnverifiedCheckpointError (unless `allow_unverified`: config.checkpoint.allow_unverified).
   """
   identity = identity if identity is not None else {}
   damaged = []
@@ -125,9 +133,9 @@ def restore_latest(mngr: ocp.CheckpointManager, state, make_iter, identity: dict
   for step in sorted(mngr.all_steps(), reverse=True):
     it = make_iter()
     try:
-      result = (step, _restore_step(mngr, step, state, it, identity), it)
+      result = (step, _restore_step(mngr, step, state, it, identity, allow_unverified), it)
       break
-    except CheckpointMismatchError:
+    except (CheckpointMismatchError, safeguards.UnverifiedCheckpointError):
       it.close()
       raise
     except Exception as e:  # pylint: disable=broad-except
@@ -159,21 +167,29 @@ def checkpoint_steps(ckpt_dir: str) -> list:
   return sorted(int(p.name) for p in root.iterdir() if p.name.isdigit()) if root.is_dir() else []
 
 
-def load_checkpoint_arrays(workdir: str, step: int | None = None) -> tuple[int, dict]:
+def load_checkpoint_arrays(workdir: str, step: int | None = None, allow_unverified: bool = False) -> tuple[int, dict]:
   """(step, numpy train state {step, trainable, frozen, opt_state}) of a workdir's checkpoint (default: newest).
 
-  Host-side and device-independent: for inspecting or comparing runs, whatever mesh wrote them.
+  Host-side and device-independent: for inspecting or comparing runs, whatever mesh wrote them. Every array is
+  verified against the checksums saved with it (ChecksumMismatchError); a checkpoint without them raises
+  UnverifiedCheckpointError unless `allow_unverified` (config.checkpoint.allow_unverified).
   """
   ckpt_dir = os.path.join(io_lib.absolute(workdir), "checkpoints")
   steps = checkpoint_steps(ckpt_dir)
   if not steps:
     raise FileNotFoundError(f"{ckpt_dir} holds no checkpoint")
   step = steps[-1] if step is None else step
-  path = os.path.join(ckpt_dir, str(step), "state")
+  step_dir = os.path.join(ckpt_dir, str(step))
+  meta_path = os.path.join(step_dir, "meta", "metadata")
+  meta = io_lib.load_json(meta_path, "checkpoint meta") if io_lib.epath_of(meta_path).exists() else {}
+  path = os.path.join(step_dir, "state")
   # The tree comes from the item's handler: the checkpointer's `metadata` reads a *step* folder's metadata, which the
   # CheckpointManager wrote one level up (<step>/_CHECKPOINT_METADATA, beside the state/data/meta items), and warned
   # "Metadata file does not exist" on every evaluation.
   tree = ocp.PyTreeCheckpointHandler().metadata(epath.Path(path))
   args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
   with ocp.PyTreeCheckpointer() as ckptr:
-    return step, ckptr.restore(path, restore_args=args)
+    arrays = ckptr.restore(path, restore_args=args)
+  safeguards.verify_checksums(arrays, meta.get("checksums") if isinstance(meta, dict) else None, step_dir,
+                              allow_unverified)
+  return step, arrays

@@ -1,7 +1,6 @@
 """Evaluation: prediction over a whole split, scored by the task's evaluator, and model selection over the
 evaluations a run wrote (config.select)."""
 
-import json
 import os
 
 import jax
@@ -74,7 +73,7 @@ def best_eval(workdir: str, select: dict, splits, up_to_step: int | None = None)
     metrics_path = os.path.join(path, "metrics.json")
     if not io_lib.epath_of(metrics_path).exists():
       continue
-    metrics = json.loads(io_lib.epath_of(metrics_path).read_text())
+    metrics = io_lib.load_json(metrics_path, "evaluation metrics", finite=False)
     value = metrics.get(select["metric"])
     if not isinstance(value, (int, float)) or isinstance(value, bool):
       raise ValueError(f"config.select.metric = {select['metric']!r} is not a number in {metrics_path} (its numbers: "
@@ -88,5 +87,5 @@ def best_eval(workdir: str, select: dict, splits, up_to_step: int | None = None)
   for split in splits:
     path = os.path.join(workdir, "eval", f"{split}_step{best['step']}", "metrics.json")
     if io_lib.epath_of(path).exists():
-      best["eval"][split] = json.loads(io_lib.epath_of(path).read_text())
+      best["eval"][split] = io_lib.load_json(path, "evaluation metrics", finite=False)
   return best

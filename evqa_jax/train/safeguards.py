@@ -4,6 +4,8 @@
 - `state_checksums` / `verify_checksums`: a checksum per array of the train state, stored with every checkpoint
   and checked on restore, so a flipped byte inside array data is a damaged checkpoint (the trainer's fall-back to
   the previous checkpoint applies), not a silently wrong weight.
+- `UnverifiedCheckpointError`: a checkpoint without checksums (arrays or data iterator state) is refused unless
+  config.checkpoint.allow_unverified; `payload_checksum` guards the iterator state file the same way.
 - `completed_eval` / `last_history_row`: what a resumed (or rerun, finished) workdir already holds, so an evaluation
   due at the restored step is redone when it did not finish, and final_metrics.json never loses eval/train.
 """
@@ -11,6 +13,7 @@
 import contextlib
 import json
 import os
+import re
 import socket
 import threading
 import time
@@ -183,22 +186,54 @@ class ChecksumMismatchError(RuntimeError):
   """A restored array differs from the one that was saved (damaged checkpoint data)."""
 
 
-def verify_checksums(state, expected, step_dir: str) -> None:
-  """Raises ChecksumMismatchError naming the first damaged array; checkpoints saved without checksums pass."""
+class UnverifiedCheckpointError(RuntimeError):
+  """A checkpoint without the checksums that would show it is intact (refused unless the user allows it)."""
+
+
+ALLOW_UNVERIFIED = "config.checkpoint.allow_unverified=True"
+
+
+def unverified(step_dir: str, what: str) -> UnverifiedCheckpointError:
+  return UnverifiedCheckpointError(
+      f"checkpoint {step_dir} has no checksums for {what} (its meta/ is missing or was written by an older "
+      f"version), so damage in it would go unnoticed; refused. To use it anyway, pass --{ALLOW_UNVERIFIED} "
+      "(unsafe), or delete that step")
+
+
+def _canonical(key: str) -> str:
+  """One spelling per array path: a named tuple's field (`.mu`, the live optimiser state) and a dict key (`['mu']`,
+  the same state restored as plain containers) name the same array."""
+  return re.sub(r"\.([A-Za-z_]\w*)", r"['\1']", key)
+
+
+def verify_checksums(state, expected, step_dir: str, allow_unverified: bool = False) -> None:
+  """Raises ChecksumMismatchError naming the first damaged array, UnverifiedCheckpointError when there are no
+  checksums (unless `allow_unverified`)."""
   if not expected:
-    return
-  got = state_checksums(state)
+    if allow_unverified:
+      return
+    raise unverified(step_dir, "its arrays")
+  got = {_canonical(k): v for k, v in state_checksums(state).items()}
+  expected = {_canonical(k): v for k, v in expected.items()}
   bad = sorted(k for k in set(expected) | set(got) if expected.get(k) != got.get(k))
   if bad:
     raise ChecksumMismatchError(f"checkpoint {step_dir}: {len(bad)} array(s) do not match their saved checksum "
                                 f"(first: {bad[0]}); the checkpoint data is damaged")
 
 
+def payload_checksum(payload: dict) -> str:
+  """sha256 of a JSON payload (its "sha256" field left out) in one canonical spelling: stored inside the data
+  iterator's state file, so a flipped bit in it is a damaged checkpoint, not a silently skipped batch."""
+  import hashlib  # pylint: disable=g-import-not-at-top
+  body = {k: v for k, v in payload.items() if k != "sha256"}
+  return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
 def completed_eval(workdir: str, split: str, step: int):
   """The results of split's evaluation at `step` when <workdir>/eval/<split>_metrics.json holds it, else None."""
   path = os.path.join(workdir, "eval", f"{split}_metrics.json")
   try:
-    saved = json.loads(io_lib.epath_of(path).read_text())
+    saved = io_lib.load_json(path, "evaluation metrics", finite=False)
   except (OSError, ValueError):
     return None
   if not isinstance(saved, dict) or saved.get("step") != step:

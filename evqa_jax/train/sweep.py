@@ -71,6 +71,11 @@ def point_command(config_path: str, workdir: str, point: dict, extra_args=(), po
 
 def point_config(module, arg, point: dict) -> dict:
   """The configuration `launch/train.py` would train for `point`, as the JSON its `config.json` records."""
+  return json.loads(point_config_dict(module, arg, point).to_json_best_effort())
+
+
+def point_config_dict(module, arg, point: dict):
+  """The ConfigDict `launch/train.py` would train for `point`."""
   config = module.get_config(arg)
   for key, value in point["overrides"].items():
     parent = config
@@ -80,7 +85,7 @@ def point_config(module, arg, point: dict) -> dict:
     if leaf not in parent:
       raise KeyError(f"sweep point {point['name']}: override {key} names no config field")
     parent[leaf] = value
-  return json.loads(config.to_json_best_effort())
+  return config
 
 
 def find_reusable(expected: dict, reuse_dirs) -> str:
@@ -95,7 +100,7 @@ def find_reusable(expected: dict, reuse_dirs) -> str:
       if not (io_lib.epath_of(cfg_path).exists() and _finished(run)):
         continue
       try:
-        record = json.loads(io_lib.epath_of(cfg_path).read_text())
+        record = io_lib.load_json(cfg_path, "workdir config")
       except (OSError, ValueError):
         continue
       if record.get("config") == expected:
@@ -177,6 +182,9 @@ def run_sweep(config_path: str, sweep_name: str, workdir: str, mode: str = "loca
     cmd = point_command(config_path, point_dir, point, extra_args)
     progress.start(k, point["name"])
     if _finished(point_dir):
+      if not extra_args:  # a finished point is reused only for the experiment it trained (the sweep may have changed)
+        from evqa_jax.train import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+        workdir_lib.check_same_experiment(point_config_dict(module, arg, point), point_dir)
       print(f"[sweep] point {k} of {len(points)}: {point['name']}: done already, skipped", flush=True)
       continue
     if reuse_dirs:
@@ -236,7 +244,7 @@ def write_table(sweep: dict, sweep_name: str, workdir: str) -> dict:
     path = os.path.join(workdir, point["name"], "final_metrics.json")
     if not io_lib.epath_of(path).exists():
       raise FileNotFoundError(f"{path} is missing: sweep point {point['name']} has not finished")
-    metrics = json.loads(io_lib.epath_of(path).read_text())["eval"][split]
+    metrics = io_lib.load_json(path, "final metrics", finite=False)["eval"][split]
     group = groups.setdefault(point.get("group", point["name"]), {"x": point.get("x"), "values": []})
     group["values"].append({title: float(metrics[key]) for key, title in sweep["columns"]})
   rows = []

@@ -114,7 +114,8 @@ def _train_and_evaluate(config, workdir: str) -> dict:
 
   keep = checkpointing.KeepSteps()  # the best step's checkpoint outlives max_to_keep
   mngr = checkpointing.make_checkpoint_manager(workdir, config, keep)
-  start_step, restored, train_iter = checkpointing.restore_latest(mngr, state, lambda: iter(loader), identity)
+  start_step, restored, train_iter = checkpointing.restore_latest(mngr, state, lambda: iter(loader), identity,
+                                                                config.checkpoint.allow_unverified)
   if restored is not None:
     state = restored
     if is_main:
@@ -265,7 +266,7 @@ def evaluate_checkpoint(config, workdir: str, checkpoint: str | None, splits=Non
       raise FileNotFoundError(f"--workdir {workdir} does not exist")
     workdir_lib.check_same_experiment(config, workdir)
     step = resolve_checkpoint(workdir, checkpoint, evaluation.selection(config, task))
-    _, arrays = checkpointing.load_checkpoint_arrays(workdir, step)
+    _, arrays = checkpointing.load_checkpoint_arrays(workdir, step, config.checkpoint.allow_unverified)
     state = steps_lib.put_params(state, arrays["trainable"], arrays["frozen"], state_shardings)
     tag = f"step{step}"
   train_aux = task.aux_inputs(config.data.train_split)

@@ -1,4 +1,4 @@
-"""A workdir's experiment identity: the config entries a checkpoint must match to be resumed.
+"""A workdir's experiment identity: the config (all of it but NOT_IDENTITY) a checkpoint must match to be resumed.
 
 `check_workdir` runs first in every job: it refuses a workdir that holds another experiment's checkpoint, then (process
 0) writes <workdir>/config.json with the identity, the full config and the code version. `sync` is the barrier every
@@ -19,20 +19,27 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # What a training run executes (README, tests and benchmarks are not part of a result).
 CODE_PATHS = ("evqa_jax", "configs", "data_prep", "launch")
 
-# Config entries that must match between a workdir's checkpoint and the config resuming from it.
-_IDENTITY_KEYS = ("task", "model_name", "model", "pretrained", "trainable", "data.dir")
+# The experiment identity is the whole config except these entries, which do not change what a run computes: how
+# often it logs and checkpoints, how checkpoints are written and kept, how many input workers and which mesh it runs
+# on (checkpoints are read back onto any mesh), and what evaluation reports (extra splits, batch size, model selection,
+# how often it evaluates). Everything else -- model, data, optimiser, schedule length, verbalizer, seed -- is identity.
+NOT_IDENTITY = ("log_every_steps", "checkpoint", "checkpoint_every_steps", "checkpoint_every_epochs",
+                "checkpoint_every_examples", "eval_every_steps", "eval_every_epochs", "eval_every_examples",
+                "eval_batch_size", "data.eval_splits", "data.worker_count", "select", "mesh_shape", "mesh_axes",
+                "logical_axis_rules", "trust_pickles")
 
 
 def config_identity(config) -> dict:
-  out = {}
-  for key in _IDENTITY_KEYS:
-    if key.split(".")[0] not in config:
-      continue
-    node = config
-    for part in key.split("."):
-      node = node[part]
-    # Through JSON either way: the identity is compared with the one read back from a checkpoint (tuples -> lists).
-    out[key] = json.loads(node.to_json()) if hasattr(node, "to_json") else json.loads(json.dumps(node))
+  """The config as JSON (tuples read back as lists, as from a checkpoint) without the NOT_IDENTITY entries."""
+  out = json.loads(config.to_json_best_effort()) if hasattr(config, "to_json_best_effort") else json.loads(
+      json.dumps(dict(config)))
+  for key in NOT_IDENTITY:
+    *parents, leaf = key.split(".")
+    node = out
+    for part in parents:
+      node = node.get(part) if isinstance(node, dict) else None
+    if isinstance(node, dict):
+      node.pop(leaf, None)
   return out
 
 
@@ -62,7 +69,7 @@ def recorded_identity(workdir: str) -> dict | None:
   if not io_lib.epath_of(path).exists():
     return None
   try:
-    return json.loads(io_lib.epath_of(path).read_text()).get("identity", {})
+    return io_lib.load_json(path, "workdir config").get("identity", {})
   except (OSError, ValueError, AttributeError) as e:
     raise ValueError(f"{path} is unreadable ({e}): is {workdir} an evqa_jax workdir?") from e
 
@@ -106,9 +113,11 @@ def check_workdir(config, workdir: str) -> None:
   if theirs is not None:
     diffs = identity_diffs(mine, theirs)
     ckpt_dir = io_lib.epath_of(os.path.join(workdir, "checkpoints"))
-    if diffs and ckpt_dir.is_dir() and any(p.name.isdigit() for p in ckpt_dir.iterdir()):
+    held = ("a checkpoint" if ckpt_dir.is_dir() and any(p.name.isdigit() for p in ckpt_dir.iterdir()) else
+            "the final metrics" if io_lib.epath_of(os.path.join(workdir, "final_metrics.json")).exists() else None)
+    if diffs and held:
       raise ValueError(
-          f"workdir {workdir} holds a checkpoint of another experiment; it differs in "
+          f"workdir {workdir} holds {held} of another experiment; it differs in "
           f"{'; '.join(diffs)}. Use a new --workdir or delete that one")
   sync("evqa_jax:workdir_checked")  # everyone read the old file before process 0 replaces it
   if jax.process_index() == 0:

@@ -68,7 +68,7 @@ class Input:
                             f"{data_dir}", "configs/ovqa_msrvtt.py:demo")
     self.metadata = records.load_metadata(data_dir)
     root = io_lib.epath_of(data_dir)  # local or gs://...: read through etils.epath
-    self.vocab = json.loads((root / "vocab.json").read_text())
+    self.vocab = io_lib.load_json(os.fspath(root / "vocab.json"), "answer vocabulary")
     self.train_counts = self.vocab["train_counts"]
     self.tokenizer = pretrained.load_tokenizer(config.pretrained)
     self.mask_token = self.tokenizer.mask_token

@@ -169,7 +169,8 @@ def frozen_encoder_params(encoder: str, encoder_config, pretrained_dir, seed: in
   return jax.tree.map(np.asarray, params)
 
 
-def fine_tuned_encoder_params(init_from: str, encoder: str, encoder_config) -> tuple[dict, str]:
+def fine_tuned_encoder_params(init_from: str, encoder: str, encoder_config,
+                              allow_unverified: bool = False) -> tuple[dict, str]:
   """`config.pretrained.init_from`: the text encoder of the newest checkpoint of the BERT fine-tuning stage's workdir
   (configs/violin_bert_ft.py, params under `text_encoder/`) -> (host float32 params, what they are: the cache key).
 
@@ -189,7 +190,7 @@ def fine_tuned_encoder_params(init_from: str, encoder: str, encoder_config) -> t
     raise ValueError(f"{key}: {cfg_path} records a {written.get('task')!r} run of model {written.get('model_name')!r}, "
                      "not the BERT fine-tuning stage (model_name 'bert_mlm', configs/violin_bert_ft.py)")
   try:
-    step, state = checkpointing.load_checkpoint_arrays(workdir)
+    step, state = checkpointing.load_checkpoint_arrays(workdir, allow_unverified=allow_unverified)
   except FileNotFoundError as e:
     raise FileNotFoundError(f"{key}: {e}; run the fine-tuning stage to its end first ({stage})") from None
   params = partition.merge_params(state.get("trainable") or {}, state.get("frozen") or {}).get("text_encoder")
@@ -237,8 +238,7 @@ class TextFeatureCache:
 
   def __init__(self, path: str):
     self.path = path
-    with open(path + ".json") as f:
-      meta = json.load(f)
+    meta = io_lib.load_json(path + ".json", "text feature cache index")
     self.row = {t: i for i, t in enumerate(meta["texts"])}
     self.lengths = np.asarray(meta["lengths"], np.int32)
     self.max_len = int(meta["max_len"])
@@ -247,7 +247,7 @@ class TextFeatureCache:
   @property
   def features(self) -> np.ndarray:
     if self._features is None:
-      self._features = np.load(self.path + ".npy", mmap_mode="r")
+      self._features = io_lib.load_npy(self.path + ".npy", mmap_mode="r")  # no pickles; errors name the file
     return self._features
 
   def lookup(self, text: str, where: str) -> tuple[np.ndarray, np.ndarray]:
@@ -294,7 +294,7 @@ class Input:
     types_file = (self.metadata.get("synthetic") or {}).get("statement_types_file")
     self.statement_types = None
     if types_file and io_lib.epath_of(os.path.join(self.data_dir, types_file)).exists():
-      self.statement_types = json.loads(io_lib.epath_of(os.path.join(self.data_dir, types_file)).read_text())
+      self.statement_types = io_lib.load_json(os.path.join(self.data_dir, types_file), "statement types")
     if dc.text_preprocessing not in TEXT_PREPROCESSING:
       raise ValueError(f"config.data.text_preprocessing = {dc.text_preprocessing!r}: expected one of "
                        f"{TEXT_PREPROCESSING}")
@@ -352,7 +352,7 @@ class Input:
     """Distinct raw texts of `kind` over the clips of `splits` (default: those this run uses), in annotation order."""
     dc = self.config.data
     splits = {dc.train_split, *dc.eval_splits} if splits is None else set(splits)
-    ann = json.loads(io_lib.epath_of(self.annotation_path).read_text())
+    ann = io_lib.load_json(self.annotation_path, "annotation file")
     out = {}
     for entry in ann.values():
       if entry.get("split") not in splits:

@@ -71,7 +71,7 @@ class Task(base.Task):
       pc = self.config.pretrained
       if pc.init_from:
         self._encoder_params, self._weights_identity = input_lib.fine_tuned_encoder_params(
-            pc.init_from, self.config.model.encoder, self.encoder_config)
+            pc.init_from, self.config.model.encoder, self.encoder_config, self.config.checkpoint.allow_unverified)
       else:
         self._encoder_params = input_lib.frozen_encoder_params(self.config.model.encoder, self.encoder_config,
                                                                self.pretrained_dir, pc.encoder_seed)
