@@ -13,6 +13,7 @@ import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from evqa_jax.train import checkpointing
+from evqa_jax.train import safeguards
 
 
 def _config(replica_parallel):
@@ -83,7 +84,8 @@ def test_load_checkpoint_arrays_reads_a_managed_step_without_a_warning(tmp_path,
   "Metadata file does not exist: .../<step>/state/_CHECKPOINT_METADATA" (step metadata is one level up)."""
   state = _state()
   mngr = checkpointing.make_checkpoint_manager(str(tmp_path), _config(None))
-  mngr.save(3, args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave({"step": 3})))
+  meta = {"step": 3, "checksums": safeguards.state_checksums(state)}  # as save_checkpoint writes it
+  mngr.save(3, args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)))
   mngr.wait_until_finished()
   mngr.close()
   assert (tmp_path / "checkpoints" / "3" / "_CHECKPOINT_METADATA").exists()

@@ -273,10 +273,15 @@ def test_sweep_table_from_points_finished_on_gcs(gcs, tmp_path, monkeypatch, cap
   from evqa_jax.train import sweep as sweep_lib  # pylint: disable=g-import-not-at-top
   cfg = tmp_path / "toy_sweep.py"
   cfg.write_text(SWEEP_CONFIG)
+  from evqa_jax.train import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
   root = f"gs://{BUCKET}/sweeps/eps"
+  module = sweep_lib.load_config_module(str(cfg))
+  points = {p["name"]: p for p in module.get_sweep("eps", None)["points"]}
   for e in (1.0, 0.5, 0.0):
     metrics = {"eval": {"test": {"base": 90.0 + e, "mAcc": 50.0 - 10.0 * e}}}
     io.write_json(f"{root}/eps_{e:.1f}/final_metrics.json", metrics)
+    config = sweep_lib.point_config_dict(module, None, points[f"eps_{e:.1f}"])  # a finished point's own record
+    io.write_json(f"{root}/eps_{e:.1f}/config.json", {"identity": workdir_lib.config_identity(config)})
   monkeypatch.setattr(sweep_lib, "_run_point", lambda cmd: pytest.fail(f"ran {cmd}"))
   sweep_lib.run_sweep(str(cfg), "eps", root)
   assert _read(f"{root}/eps.csv").splitlines() == ["point,B,M", "eps_1.0,91.00,40.00", "eps_0.5,90.50,45.00",

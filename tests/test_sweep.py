@@ -38,7 +38,8 @@ CODE = {"evqa_jax": "0.1.0", "sources_sha256": "c0ffee"}  # the code version the
 def _write_run(run_dir, config, eps, code=CODE):
   os.makedirs(os.path.join(run_dir, "eval"), exist_ok=True)
   with open(os.path.join(run_dir, "config.json"), "w") as f:
-    json.dump({"identity": workdir_lib.config_identity(config), "config": config,
+    json.dump({"identity": workdir_lib.config_identity(config),
+               "config": json.loads(config.to_json()) if hasattr(config, "to_json") else config,
                **({"code": code} if code is not None else {})}, f)
   with open(os.path.join(run_dir, "train_history.jsonl"), "w") as f:
     f.write(json.dumps({"step": 1, "loss": eps}) + "\n")
@@ -150,7 +151,9 @@ def test_print_mode_commands_run_on_any_host(capsys):
 def test_progress_prints_point_k_of_n_and_total_eta(tmp_path, config_path, monkeypatch, capsys):
   module = sweep_lib.load_config_module(config_path)
   monkeypatch.setattr(sweep_lib, "_run_point", FakeTrain(module, "demo"))
-  _write_run(str(tmp_path / "s" / "eps_0.7"), {}, 0.7)  # finished already: skipped, takes no time
+  point = next(p for p in module.get_sweep("eps", "demo")["points"] if p["name"] == "eps_0.7")
+  # Finished already (by the same experiment): skipped, takes no time.
+  _write_run(str(tmp_path / "s" / "eps_0.7"), sweep_lib.point_config_dict(module, "demo", point), 0.7)
   ticks = iter([0.0, 120.0, 120.0, 120.0, 200.0])  # point 1 trains 120 s, point 2 is skipped, point 3 trains 80 s
   progress = sweep_lib.SweepProgress
   monkeypatch.setattr(sweep_lib, "SweepProgress", lambda n: progress(n, clock=lambda: next(ticks)))

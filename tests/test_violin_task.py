@@ -10,6 +10,7 @@ LSTMs, a one-layer random BERT and short texts."""
 import json
 import math
 import os
+import shutil
 import sys
 
 import flax.linen as nn
@@ -224,11 +225,12 @@ def test_meshes_8x1_and_2x4_give_the_losses_of_the_4x2_run(world, straight_run, 
 def test_resume_from_checkpoint_gives_identical_params(world, straight_run, tmp_path):
   straight_dir, _ = straight_run
   resumed = str(tmp_path / "resumed")
-  c = _config(world, total_steps=2, mesh_shape=MESH)
-  c.data.eval_splits = ()
-  train_and_evaluate(c, resumed)
   c = _config(world, total_steps=4, mesh_shape=MESH)
   c.data.eval_splits = ()
+  train_and_evaluate(c, resumed)
+  # As if killed after the step-2 checkpoint: the same experiment (total_steps is part of its identity) resumes.
+  shutil.rmtree(os.path.join(resumed, "checkpoints", "4"))
+  os.remove(os.path.join(resumed, "final_metrics.json"))
   train_and_evaluate(c, resumed)  # restarts from the step-2 checkpoint (params, optimiser and data position)
   a, b = _restore_params(straight_dir, 4), _restore_params(resumed, 4)
   assert sorted(a) == sorted(b)

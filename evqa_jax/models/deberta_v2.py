@@ -855,7 +855,7 @@ def init_variables(config: DebertaV2Config, rng) -> Dict[str, Any]:
   return jax.jit(lambda key: model.init(key, *args, **kw))(rng)
 
 
-def _load(config, ckpt, source, init_params, config_source="the encoder config"):
+def _load(config, ckpt, source, init_params, config_source="the encoder config", required=REQUIRED):
   ckpt, rules = _canonical(ckpt), _rules(config)
   notes = []
   if init_params is None:
@@ -871,7 +871,7 @@ def _load(config, ckpt, source, init_params, config_source="the encoder config")
   else:
     expected = init_flat = hf_utils.flatten_params(hf_utils.params_of(init_params))
   flat, report = hf_utils.assemble(expected, ckpt, rules, source, init=init_flat, ignore=_IGNORE,
-                                   required=REQUIRED, config_source=config_source)
+                                   required=required, config_source=config_source)
   report.notes.extend(notes)
   abstract = [p for p in report.missing if isinstance(flat[p], jax.ShapeDtypeStruct)]
   if abstract:
@@ -921,4 +921,7 @@ def load_frozenbilm_checkpoint(config: DebertaV2Config, path: str, init_params=N
                      "deberta.embeddings.linear_video (not a FrozenBiLM video checkpoint?)")
   if config.use_adapters and not any(".adapter." in k for k in flat):
     raise ValueError(f"{path}: config.use_adapters is set but the checkpoint has no adapter weights")
-  return _load(config, ckpt, path, init_params)
+  # Most released FrozenBiLM checkpoints hold only the parameters FrozenBiLM trains ("only contain updated
+  # parameters"): laid over `init_params` (the Hugging Face LM, whose load checked every tensor its config implies),
+  # the rest legitimately comes from there. Without init_params the checkpoint is the LM and must hold all of it.
+  return _load(config, ckpt, path, init_params, required=REQUIRED if init_params is None else ())
