@@ -141,9 +141,39 @@ def scope_of(op_name: str, depth: int = 6) -> str:
   return ("bwd:" if backward else "") + ("/".join(parts[:depth]) or "?")
 
 
-def breakdown(text: str) -> dict:
-  """Bytes and dot FLOPs of the module's top-level work (entry and loop bodies), by opcode and by scope."""
+def token_pair_dims(seq_len: int) -> tuple:
+  """The dimension sizes of a token-pair array of a sequence of `seq_len` positions: S (query or key), 2S - 1 and
+  2S - 2 (DeBERTa's relative rows, before and after the skew), and their flattened products S x (2S - 1), S x (2S - 2),
+  S x S (a reshape of the skew)."""
+  s = int(seq_len)
+  single = (s, 2 * s - 1, 2 * s - 2)
+  return single, (s * s, s * (2 * s - 1), s * (2 * s - 2))
+
+
+def is_token_pair(dims, pair_dims) -> bool:
+  """An array that grows with the square of the sequence (attention scores, c2p / p2c products and their skew):
+  two dimensions of the token-pair sizes, or one flattened token-pair dimension."""
+  single, flat = pair_dims
+  return sum(1 for d in dims if d in single) >= 2 or any(d in flat for d in dims)
+
+
+def _arrays(text: str):
+  for dtype, dims in _SHAPE.findall(text):
+    ds = [int(d) for d in dims.split(",") if d]
+    n = 1
+    for d in ds:
+      n *= d
+    yield ds, n * _BYTES.get(dtype, 4)
+
+
+def breakdown(text: str, seq_len: int = 0) -> dict:
+  """Bytes and dot FLOPs of the module's top-level work (entry and loop bodies), by opcode and by scope. With
+  `seq_len` (the padded sequence the LM attends over), also each array's bytes split into token-pair arrays
+  (`is_token_pair`) and the rest, inside the LM's layers (an op_name with `layer_N`, the enhanced mask decoder
+  excluded) and outside them: `bytes_token_pair`."""
   comps, entry, types = parse_hlo(text)
+  pair_dims = token_pair_dims(seq_len) if seq_len else None
+  pairs = collections.Counter()
   by_op, by_scope = collections.Counter(), collections.Counter()
   flops_op, flops_scope = collections.Counter(), collections.Counter()
   totals = {"bytes": 0.0, "dot_flops": 0.0}
@@ -169,6 +199,16 @@ def breakdown(text: str) -> dict:
       # An async start's result tuple repeats its operand beside the destination: charge the destination's bytes
       # (what is moved: a slice-start reads only its slice).
       b = (shape_bytes(ins["result"]) - read if op.endswith("-start") else shape_bytes(ins["result"]) + read) * times
+      if pair_dims:
+        where = "layers" if re.search(r"/layer_\d+/", ins["op_name"]) and "enhanced_mask" not in ins["op_name"] \
+            else "rest"
+        if op.endswith("-start"):
+          kind = "token_pair" if any(is_token_pair(d, pair_dims) for d, _ in _arrays(ins["result"])) else "other"
+          pairs[f"{where}:{kind}"] += b
+        else:
+          arrays = list(_arrays(ins["result"])) + [a for o in ins["operands"] for a in _arrays(types.get(o, ""))]
+          for d, nbytes in arrays:
+            pairs[f"{where}:{'token_pair' if is_token_pair(d, pair_dims) else 'other'}"] += nbytes * times
       if op == "fusion":
         f = sum(_fusion_flops(comps, c, types) for c in ins["calls"]) * times
         key = f"fusion:{ins['kind']}"
@@ -186,9 +226,14 @@ def breakdown(text: str) -> dict:
 
   walk(entry, 1, frozenset())
   top = lambda c, n: [[k, v] for k, v in c.most_common(n)]  # noqa: E731
-  return {"parsed_bytes": totals["bytes"], "parsed_dot_flops": totals["dot_flops"],
-          "bytes_by_opcode": top(by_op, 15), "bytes_by_scope": top(by_scope, 30),
-          "dot_flops_by_scope": top(flops_scope, 15)}
+  report = {"parsed_bytes": totals["bytes"], "parsed_dot_flops": totals["dot_flops"],
+            "bytes_by_opcode": top(by_op, 15), "bytes_by_scope": top(by_scope, 30),
+            "dot_flops_by_scope": top(flops_scope, 15)}
+  if pair_dims:
+    report["seq_len"] = int(seq_len)
+    report["bytes_token_pair"] = {k: pairs[k] for k in ("layers:token_pair", "layers:other", "rest:token_pair",
+                                                        "rest:other")}
+  return report
 
 
 def markdown(report: dict) -> str:
@@ -199,6 +244,10 @@ def markdown(report: dict) -> str:
   out += ["", "| opcode | bytes | share |", "|---|---:|---:|"]
   for op, b in report["bytes_by_opcode"]:
     out.append(f"| {op} | {b:.3g} | {b / total:.1%} |")
+  if "bytes_token_pair" in report:
+    out += ["", f"| part (sequence {report['seq_len']}) | bytes | share |", "|---|---:|---:|"]
+    for part, b in report["bytes_token_pair"].items():
+      out.append(f"| {part} | {b:.3g} | {b / total:.1%} |")
   return "\n".join(out)
 
 
@@ -219,7 +268,9 @@ def main(argv):
     with open(FLAGS.hlo_out + ".tmp", "w") as f:
       f.write(text)
     os.replace(FLAGS.hlo_out + ".tmp", FLAGS.hlo_out)
-  report.update(breakdown(text))
+  batch = report.get("batch", {})
+  seq_len = batch.get("input_ids", [[0, 0]])[0][-1] + batch.get("video", [[0, 0]])[0][1] if "input_ids" in batch else 0
+  report.update(breakdown(text, seq_len=seq_len))
   report["command"] = "python benchmarks/step_breakdown.py " + " ".join(sys.argv[1:])
   print(json.dumps(report, sort_keys=True), flush=True)
   if FLAGS.markdown:

@@ -301,3 +301,20 @@ def test_step_breakdown_charges_bytes_and_dot_flops_to_scopes():
   assert scopes["encoder/layer_*/intermediate/dense"] == fusion
   assert scopes["bwd:encoder/layer_*/attention/self"] == add
   assert dict(r["bytes_by_opcode"]) == {"fusion:kOutput": fusion, "add": add, "copy": copy}
+
+
+def test_step_breakdown_splits_token_pair_bytes_inside_and_outside_the_layers():
+  """With the sequence length, each array an instruction reads or writes is charged to token-pair arrays (two
+  dimensions of S, 2S - 1 or 2S - 2, or one flattened S x S, S x (2S - 1), S x (2S - 2) dimension) or the rest, inside
+  the LM's layers or outside them. At S = 4 the hand-written module's [4, 16] arrays are token-pair (16 = S x S), the
+  [4, 8] operand is not (8 is none of 4, 7, 6); the fusion and the loop's add sit in layers, the copy outside."""
+  import step_breakdown  # pylint: disable=g-import-not-at-top
+  assert step_breakdown.is_token_pair([32, 24, 266, 531], step_breakdown.token_pair_dims(266))
+  assert step_breakdown.is_token_pair([32, 24, 140980], step_breakdown.token_pair_dims(266))
+  assert not step_breakdown.is_token_pair([32, 266, 1536], step_breakdown.token_pair_dims(266))
+  r = step_breakdown.breakdown(_HLO, seq_len=4)
+  add = 3 * (3 * 4 * 16 * 4)
+  assert r["bytes_token_pair"] == {"layers:token_pair": 8 * 16 * 2 + 4 * 16 * 4 + add, "layers:other": 4 * 8 * 2,
+                                   "rest:token_pair": 2 * 4 * 16 * 4, "rest:other": 0}
+  assert sum(r["bytes_token_pair"].values()) == r["parsed_bytes"]
+  assert "bytes_token_pair" not in step_breakdown.breakdown(_HLO)
