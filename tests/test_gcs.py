@@ -207,6 +207,39 @@ def test_lock_object_is_created_only_when_absent(gcs, request_log):
   assert [("ifGenerationMatch=0" in r["path"], r["status"]) for r in writes] == [(True, 200), (True, 412)], writes
 
 
+def test_lock_heartbeat_survives_a_failed_renewal(gcs, monkeypatch, capsys):
+  """A storage error while renewing the lock is reported and retried: the heartbeat goes on (a heartbeat that died
+  would let another run take the lock over as stale while this one still trains)."""
+  from evqa_jax import io  # pylint: disable=g-import-not-at-top
+  from evqa_jax.train import safeguards  # pylint: disable=g-import-not-at-top
+  path = f"gs://{BUCKET}/beat/.workdir.lock"
+  real, failures = io.epath_of, []
+
+  class Flaky:
+    def __init__(self, p):
+      self.p = real(p)
+
+    def write_text(self, text):
+      if not failures:
+        failures.append(1)
+        raise ConnectionResetError("connection reset by peer (test)")
+      return self.p.write_text(text)
+
+    def __getattr__(self, name):
+      return getattr(self.p, name)
+
+  with safeguards.remote_lock(path, lease=30.0, heartbeat=0.2):
+    first = json.loads(io.epath_of(path).read_text())["time"]
+    monkeypatch.setattr(safeguards.io_lib, "epath_of", Flaky)
+    deadline = time.time() + 20
+    while time.time() < deadline and json.loads(real(path).read_text())["time"] == first:
+      time.sleep(0.1)
+    monkeypatch.setattr(safeguards.io_lib, "epath_of", real)
+    assert failures and json.loads(real(path).read_text())["time"] > first  # renewed after the failure
+  assert "could not renew the lock (ConnectionResetError" in capsys.readouterr().out
+  assert not real(path).exists()
+
+
 RACE_CONFIG = textwrap.dedent("""
     import ml_collections
     from configs import ovqa_msrvtt

@@ -136,10 +136,14 @@ def remote_lock(path: str, lease: float = LEASE_SECONDS, heartbeat: float = HEAR
 
   def beat():
     while not stop.wait(heartbeat):
-      if (_read_lock(path) or {}).get("token") != me["token"]:
-        print(f"WARNING: {path} no longer holds this run's lock", flush=True)
-        return
-      io_lib.epath_of(path).write_text(json.dumps(dict(me, time=time.time())))
+      try:
+        if (_read_lock(path) or {}).get("token") != me["token"]:
+          print(f"WARNING: {path} no longer holds this run's lock", flush=True)
+          return
+        io_lib.epath_of(path).write_text(json.dumps(dict(me, time=time.time())))
+      except Exception as e:  # pylint: disable=broad-except  (a storage hiccup must not end the heartbeat)
+        print(f"WARNING: {path}: could not renew the lock ({type(e).__name__}: {e}); trying again in "
+              f"{heartbeat:.0f} s", flush=True)
 
   thread = threading.Thread(target=beat, name="workdir-lock-heartbeat", daemon=True)
   thread.start()
