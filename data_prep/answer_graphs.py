@@ -4,7 +4,8 @@
   python data_prep/answer_graphs.py --data DIR --authors-graph META      # the OVQA authors' graphs instead
 
 Reads DIR/vocab.json ({"vocab_train": [...], "vocab_test": [...]}, written by the OVQA converter) and writes
-DIR/graph_train.npz and DIR/graph_test.npz (see evqa_jax.graphs.answer_graph), printing node / edge counts.
+DIR/graph_train.npz and DIR/graph_test.npz (see evqa_jax.graphs.answer_graph), printing node / edge counts. DIR may
+be a gs://... URI (each graph file is uploaded whole).
 With --authors-graph META (their meta_data/<dataset>/, as for the converter's --authors-vocab) the graphs are read
 from META/answer_graph/{train,test}_{edge_index,x}.pth (data_prep/ovqa_authors.py) instead of built; train on them
 with --config.graph.source=authors.
@@ -24,7 +25,7 @@ from evqa_jax.graphs import word_vectors  # noqa: E402
 
 
 def read_vocab(path: str) -> dict:
-  if not os.path.exists(path):
+  if not evqa_io.epath_of(path).exists():  # local, or gs://... (the graphs are then written beside it there)
     raise FileNotFoundError(f"{path}: no answer vocabulary (run the OVQA converter first)")
   vocab = evqa_io.load_json(path, "answer vocabulary")
   if not isinstance(vocab, dict):

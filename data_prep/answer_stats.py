@@ -44,7 +44,7 @@ def table1(train_answers: Sequence[str], test_answers: Sequence[str]) -> dict:
 
 
 def _answers(path: str) -> list[str]:
-  if not os.path.exists(path):
+  if not evqa_io.epath_of(path).exists():  # local, or gs://... (a converter's --out on a bucket)
     raise FileNotFoundError(f"{path} does not exist (answer_stats reads a converted directory's train.csv/test.csv)")
   df = pd.read_csv(io.StringIO(evqa_io.read_text(path, "CSV file")), dtype=str, keep_default_na=False)
   if "answer" not in df.columns:

@@ -760,6 +760,10 @@ def main(argv=None) -> None:
   parser.add_argument("--out", required=True, help="a new (or empty) folder; DIR/<paper>/ per paper")
   parser.add_argument("--paper", nargs="+", choices=sorted(PAPERS), default=sorted(PAPERS))
   args = parser.parse_args(argv)
+  from evqa_jax import io as evqa_io  # pylint: disable=g-import-not-at-top
+  if evqa_io.is_uri(args.out):  # refused, not written to a local folder named "gs:"
+    parser.error(f"--out {args.out}: the fixtures are release-shaped inputs, and the converters read their inputs "
+                 "from a local disk; write them to a local folder (the converters' --out may be gs://)")
   out = os.path.abspath(os.path.expanduser(args.out))
   taken = [p for p in args.paper if os.path.lexists(os.path.join(out, p))]
   if taken:

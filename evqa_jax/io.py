@@ -418,9 +418,12 @@ def text_stream(path: str, what: str = "file"):
 # ------------------------------------------------------------------------ outputs never touch inputs, never escape
 
 def real_path(path) -> str:
-  """The resolved absolute path (`~` expanded, every symlink followed); a URI unchanged."""
+  """The resolved absolute path (`~` expanded, every symlink followed); a URI without its trailing slashes (so
+  gs://b/x/ and gs://b/x compare equal)."""
   path = os.fspath(path)
-  return path if is_uri(path) else os.path.realpath(os.path.abspath(os.path.expanduser(path)))
+  if is_uri(path):
+    return path.rstrip("/") if not path.endswith("://") else path
+  return os.path.realpath(os.path.abspath(os.path.expanduser(path)))
 
 
 def _within(path: str, folder: str) -> bool:

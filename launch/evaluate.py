@@ -10,6 +10,10 @@ training would start from (pretrained LM, config.pretrained.init_from) and needs
 learned head that nothing filled (OVQA: the GNN verbalizer without an OVQA-trained init_from; docs/ovqa.md). Each
 split's predictions and metrics are written as training's evaluation writes them, to <workdir>/eval/<split>_step<N>/
 (zero-shot: <split>_zero_shot/), and all of them to <workdir>/evaluate_<step<N>|zero_shot>.json.
+
+Several processes (a pod slice, a SLURM job: --distributed on every host, as launch/train.py; on one machine:
+launch/local_multiprocess.py, which passes --coordinator/--num_processes/--process_id) score the same examples as
+one process, each reading its rows of every batch; process 0 writes the files.
 """
 
 import os
@@ -36,6 +40,10 @@ flags.DEFINE_bool("zero_shot", False, "Score the initial weights (no training) i
 flags.DEFINE_list("split", None, "Splits to score (default: config.data.eval_splits).")
 flags.DEFINE_bool("distributed", False, "Call jax.distributed.initialize() (a pod slice or a SLURM job: every host "
                   "runs this command, as for launch/train.py).")
+flags.DEFINE_string("coordinator", None, "host:port of process 0, for explicit multi-process runs "
+                    "(launch/local_multiprocess.py passes it).")
+flags.DEFINE_integer("num_processes", None, "Number of processes, for explicit multi-process runs.")
+flags.DEFINE_integer("process_id", None, "This process's id, for explicit multi-process runs.")
 flags.mark_flags_as_required(["config", "workdir"])
 FLAGS = flags.FLAGS
 
@@ -46,9 +54,12 @@ def main(argv):
     logging.set_verbosity(logging.WARNING)
   if bool(FLAGS.checkpoint) == FLAGS.zero_shot:
     raise ValueError("give exactly one of --checkpoint=last|best|STEP and --zero_shot")
-  if FLAGS.distributed:
+  if FLAGS.coordinator or FLAGS.distributed:
     import jax  # pylint: disable=g-import-not-at-top
-    jax.distributed.initialize()
+    if FLAGS.coordinator:
+      jax.distributed.initialize(FLAGS.coordinator, FLAGS.num_processes, FLAGS.process_id)
+    else:
+      jax.distributed.initialize()
   from data_prep import worlds
   worlds.ensure_synthetic_world(FLAGS.config)  # the :demo / :small worlds are built here, never by the library
   from evqa_jax.train import trainer

@@ -2,9 +2,11 @@
 gcsfs (etils.epath, Grain) and tensorstore (Orbax) talk HTTP to it as they would to storage.googleapis.com.
 
 The end-to-end test trains a tiny OVQA run whose records, pretrained folder and workdir are all on gs://, kills it,
-resumes it, scores it with launch/evaluate.py, and checks that every number equals the same run on local disk. The
-others cover one path kind each: the staged pretrained copy, the workdir lock, the history, TensorBoard events,
-answer graphs and the evaluator CLI.
+resumes it, scores it with launch/evaluate.py, and checks that every number equals the same run on local disk. Two
+runs racing for one gs:// workdir: one trains, the other stops (the emulator enforces the lock's ifGenerationMatch=0
+as Cloud Storage does, and records the requests). The others cover one path kind each: the staged pretrained copy,
+the workdir lock, the history, TensorBoard events, answer graphs and the evaluator CLI. VIOLIN and E-VQA on gs://:
+tests/test_gcs_tasks.py; the converters writing to gs://: tests/test_gcs_convert.py.
 """
 
 import json
@@ -40,21 +42,16 @@ TINY_CONFIG = textwrap.dedent(f"""
 
 
 @pytest.fixture(scope="module")
-def gcs():
-  """The emulator, and this process's environment pointed at it (gcsfs reads it when a filesystem is made)."""
-  with gcs_emulator.running(BUCKET) as env:
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    import fsspec  # pylint: disable=g-import-not-at-top
-    fsspec.get_filesystem_class("gs").clear_instance_cache()  # no filesystem made before the emulator's variables were set
-    try:
-      yield env
-    finally:
-      for k, v in old.items():
-        if v is None:
-          os.environ.pop(k, None)
-        else:
-          os.environ[k] = v
+def request_log(tmp_path_factory):
+  return str(tmp_path_factory.mktemp("emulator") / "requests.jsonl")
+
+
+@pytest.fixture(scope="module")
+def gcs(request_log):
+  """The emulator (recording every request it serves in `request_log`), and this process's environment pointed at
+  it (gcsfs reads it when a filesystem is made)."""
+  with gcs_emulator.running(BUCKET, request_log=request_log) as env, gcs_emulator.this_process_pointed_at(env):
+    yield env
 
 
 def _tiny_pretrained(folder) -> str:
@@ -194,6 +191,128 @@ def test_remote_workdir_lock(gcs):
   io.epath_of(path).write_text(json.dumps(dict(live, time=time.time() - 60)))
   with safeguards.remote_lock(path, lease=30.0, heartbeat=3.0):
     pass
+
+
+def test_lock_object_is_created_only_when_absent(gcs, request_log):
+  """The lock's create is a conditional write (ifGenerationMatch=0, seen at the server): a second create of the
+  same object is refused with 412 and leaves the first holder in place."""
+  from evqa_jax import io  # pylint: disable=g-import-not-at-top
+  from evqa_jax.train import safeguards  # pylint: disable=g-import-not-at-top
+  path = f"gs://{BUCKET}/create_only/.workdir.lock"
+  assert safeguards._create_lock(path, {"pid": 1, "token": "a"})  # pylint: disable=protected-access
+  assert not safeguards._create_lock(path, {"pid": 2, "token": "b"})  # pylint: disable=protected-access
+  assert json.loads(io.epath_of(path).read_text())["token"] == "a"
+  writes = [r for r in gcs_emulator.read_requests(request_log)
+            if r.get("object") == "create_only/.workdir.lock" and r["method"] == "POST"]
+  assert [("ifGenerationMatch=0" in r["path"], r["status"]) for r in writes] == [(True, 200), (True, 412)], writes
+
+
+def test_lock_heartbeat_survives_a_failed_renewal(gcs, monkeypatch, capsys):
+  """A storage error while renewing the lock is reported and retried: the heartbeat goes on (a heartbeat that died
+  would let another run take the lock over as stale while this one still trains)."""
+  from evqa_jax import io  # pylint: disable=g-import-not-at-top
+  from evqa_jax.train import safeguards  # pylint: disable=g-import-not-at-top
+  path = f"gs://{BUCKET}/beat/.workdir.lock"
+  real, failures = io.epath_of, []
+
+  class Flaky:
+    def __init__(self, p):
+      self.p = real(p)
+
+    def write_text(self, text):
+      if not failures:
+        failures.append(1)
+        raise ConnectionResetError("connection reset by peer (test)")
+      return self.p.write_text(text)
+
+    def __getattr__(self, name):
+      return getattr(self.p, name)
+
+  with safeguards.remote_lock(path, lease=30.0, heartbeat=0.2):
+    first = json.loads(io.epath_of(path).read_text())["time"]
+    monkeypatch.setattr(safeguards.io_lib, "epath_of", Flaky)
+    deadline = time.time() + 20
+    while time.time() < deadline and json.loads(real(path).read_text())["time"] == first:
+      time.sleep(0.1)
+    monkeypatch.setattr(safeguards.io_lib, "epath_of", real)
+    assert failures and json.loads(real(path).read_text())["time"] > first  # renewed after the failure
+  assert "could not renew the lock (ConnectionResetError" in capsys.readouterr().out
+  assert not real(path).exists()
+
+
+RACE_CONFIG = textwrap.dedent("""
+    import ml_collections
+    from configs import ovqa_msrvtt
+
+    def get_config(arg=None):
+      c = ovqa_msrvtt.get_config("demo,small")
+      c.pretrained.dir = ""              # random weights: nothing to stage
+      c.pretrained.tokenizer = "pkg:minilm"
+      c.pretrained.shape = ml_collections.ConfigDict(dict(
+          vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+          max_position_embeddings=64))
+      c.verbalizer.variant = "A"
+      return c
+""")
+
+# launch/train.py, with the lock's create held back until both racers reach it: each has read no lock object, so
+# both send their create-only write, and only the server's precondition can keep one of them out.
+RACER = textwrap.dedent("""
+    import os, runpy, sys, time
+    from evqa_jax.train import safeguards
+    safeguards.HEARTBEAT_SECONDS = 1.0  # the winner rewrites the lock every second: the loser sees a live holder at once
+    barrier, me = sys.argv[1], sys.argv[2]
+    create = safeguards._create_lock
+
+    def create_together(path, holder):
+      open(os.path.join(barrier, me), "w").close()
+      deadline = time.time() + 120
+      while len(os.listdir(barrier)) < 2 and time.time() < deadline:
+        time.sleep(0.02)
+      return create(path, holder)
+
+    safeguards._create_lock = create_together
+    sys.argv = ["launch/train.py", *sys.argv[3:]]
+    runpy.run_path(sys.argv[0], run_name="__main__")
+""")
+
+
+def test_two_runs_racing_for_one_gcs_workdir(gcs, request_log, tmp_path):
+  """Two launch/train.py runs start on one gs:// workdir at the same moment: exactly one takes the lock and trains,
+  the other stops with the one-line "in use" error naming the winner."""
+  import socket  # pylint: disable=g-import-not-at-top
+  cfg, racer, barrier = tmp_path / "race.py", tmp_path / "racer.py", tmp_path / "barrier"
+  cfg.write_text(RACE_CONFIG)
+  racer.write_text(RACER)
+  barrier.mkdir()
+  env = _env(gcs, tmp_path / "cache")
+  wd = f"gs://{BUCKET}/race/run"
+  procs = [subprocess.Popen([sys.executable, str(racer), str(barrier), name, f"--config={cfg}", f"--workdir={wd}"],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+           for name in ("a", "b")]
+  try:
+    deadline = time.time() + 300
+    while all(p.poll() is None for p in procs) and time.time() < deadline:
+      time.sleep(0.2)
+    done = [p for p in procs if p.poll() is not None]
+    assert len(done) == 1, "both racers ran to the end, or neither stopped: the lock let both in or kept both out"
+    loser, winner = done[0], next(p for p in procs if p is not done[0])
+    out = loser.communicate()[0]
+    assert loser.returncode == 2, f"the first racer to stop exited with {loser.returncode}:\n{out[-3000:]}"
+    assert winner.poll() is None, "the winner stopped too"
+    assert json.loads(_read(f"{wd}/.workdir.lock"))["pid"] == winner.pid
+  finally:
+    for p in procs:
+      if p.poll() is None:
+        p.kill()
+        p.wait()
+  errors = [line for line in out.splitlines() if line.startswith("error:")]
+  assert len(errors) == 1, out[-3000:]
+  assert f"workdir {wd} is in use by another training run" in errors[0]
+  assert f"held by host {socket.gethostname()}, pid {winner.pid}" in errors[0]
+  creates = [r for r in gcs_emulator.read_requests(request_log)
+             if r.get("object") == "race/run/.workdir.lock" and "ifGenerationMatch=0" in r["path"]]
+  assert sorted(r["status"] for r in creates) == [200, 412], creates  # both sent it; the server let one in
 
 
 def test_history_and_tensorboard_events_on_gcs(gcs, tmp_path):

@@ -130,3 +130,33 @@ def test_checkpoint_of_two_processes_restores_in_two(runs):
   fa, fb = _flat(p_a), _flat(p_b)
   for k in fa:
     np.testing.assert_array_equal(fb[k], fa[k], err_msg=k)
+
+
+def test_evaluate_in_two_processes_equals_one_process(runs):
+  """launch/evaluate.py as 2 processes (2 CPU devices each, gloo; what `--distributed` runs on a pod slice) on the
+  2-process run's workdir: its metrics and predictions equal the 1-process evaluation (4 devices) and training's own
+  evaluation of that step; only process 0 writes."""
+  root = runs["root"]
+  one, two = str(root / "evaluated_by_one"), str(root / "evaluated_by_two")
+  shutil.copytree(runs["two"], one)
+  shutil.copytree(runs["two"], two)
+  evaluate = [os.path.join(REPO, "launch/evaluate.py"), runs["train"][1], "--checkpoint=last"]
+  ref = subprocess.Popen([sys.executable, *evaluate, f"--workdir={one}"], cwd=REPO,
+                         env=local_multiprocess.process_env(4), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True)
+  codes, outs = local_multiprocess.launch([*evaluate, f"--workdir={two}"], 2, devices_per_process=2, timeout=400,
+                                          echo=False)
+  ref_out = ref.communicate(timeout=400)[0]
+  assert ref.returncode == 0, ref_out[-3000:]
+  assert codes == [0, 0], "\n".join(o[-3000:] for o in outs)
+  assert "eval val @ last (step4)" in outs[0] and "eval val" not in outs[1]
+  with open(os.path.join(one, "evaluate_step4.json")) as f:
+    by_one = json.load(f)
+  with open(os.path.join(two, "evaluate_step4.json")) as f:
+    by_two = json.load(f)
+  assert by_two["step"] == 4 and by_two == by_one
+  with open(os.path.join(runs["two"], "eval", "val_metrics.json")) as f:
+    trained = json.load(f)
+  assert by_two["eval"]["val"] == {k: v for k, v in trained.items() if k != "step"}
+  preds = [open(os.path.join(d, "eval", "val_step4", "predictions.csv")).read() for d in (one, two, runs["two"])]
+  assert preds[0] == preds[1] == preds[2] and len(preds[1].splitlines()) == 1 + 100

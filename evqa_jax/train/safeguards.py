@@ -39,7 +39,8 @@ def workdir_lock(workdir: str):
     return
   path = os.path.join(workdir, LOCK_FILE)
   try:
-    with (remote_lock(path) if io_lib.is_uri(workdir) else io_lib.file_lock(path, wait=False)):
+    with (remote_lock(path, LEASE_SECONDS, HEARTBEAT_SECONDS) if io_lib.is_uri(workdir)
+          else io_lib.file_lock(path, wait=False)):
       yield
   except io_lib.LockedError as e:
     raise RuntimeError(f"workdir {workdir} is in use by another training run ({e}); wait for it to finish or use "
@@ -61,7 +62,11 @@ def _read_lock(path: str):
 
 
 def _create_lock(path: str, holder: dict) -> bool:
-  """Creates the lock object only when none exists (GCS: ifGenerationMatch=0, atomic); False when one does."""
+  """Creates the lock object only when none exists, atomically; False when one does.
+
+  On gs:// gcsfs sends the write with `ifGenerationMatch=0`: Cloud Storage applies it only when no live object has
+  that name and answers 412 otherwise (gcsfs: FileExistsError), so of two runs creating the lock at once exactly
+  one succeeds (tests/test_gcs.py races two runs against an emulator that enforces the precondition)."""
   import fsspec  # pylint: disable=g-import-not-at-top
   fs, key = fsspec.core.url_to_fs(path)
   data = json.dumps(holder).encode()
@@ -69,7 +74,12 @@ def _create_lock(path: str, holder: dict) -> bool:
     fs.pipe_file(key, data, mode="create")
   except FileExistsError:
     return False
-  except TypeError:  # a filesystem without create-only writes: check, then write (not atomic)
+  except TypeError:
+    if "gs" in (fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)):
+      raise RuntimeError(f"{path}: the installed gcsfs cannot write an object only when "
+                         "absent (pipe_file mode='create'), which the workdir lock needs; install the gcsfs that "
+                         "setup.py pins (pip install -e '.[tpu]' or '.[gpu]')") from None
+    # Another filesystem without create-only writes: check, then write (not atomic).
     if fs.exists(key):
       return False
     fs.pipe_file(key, data)
@@ -105,6 +115,8 @@ def remote_lock(path: str, lease: float = LEASE_SECONDS, heartbeat: float = HEAR
       if _create_lock(path, dict(me, time=time.time())):
         break
       continue
+    if holder.get("token") == me["token"]:
+      break  # our create landed, but its answer was lost and the client's retry was refused: the lock is ours
     if holder != seen:
       if seen is not None:
         raise io_lib.LockedError(f"{path} is held by host {holder.get('host')}, pid {holder.get('pid')}")
@@ -124,10 +136,14 @@ def remote_lock(path: str, lease: float = LEASE_SECONDS, heartbeat: float = HEAR
 
   def beat():
     while not stop.wait(heartbeat):
-      if (_read_lock(path) or {}).get("token") != me["token"]:
-        print(f"WARNING: {path} no longer holds this run's lock", flush=True)
-        return
-      io_lib.epath_of(path).write_text(json.dumps(dict(me, time=time.time())))
+      try:
+        if (_read_lock(path) or {}).get("token") != me["token"]:
+          print(f"WARNING: {path} no longer holds this run's lock", flush=True)
+          return
+        io_lib.epath_of(path).write_text(json.dumps(dict(me, time=time.time())))
+      except Exception as e:  # pylint: disable=broad-except  (a storage hiccup must not end the heartbeat)
+        print(f"WARNING: {path}: could not renew the lock ({type(e).__name__}: {e}); trying again in "
+              f"{heartbeat:.0f} s", flush=True)
 
   thread = threading.Thread(target=beat, name="workdir-lock-heartbeat", daemon=True)
   thread.start()
