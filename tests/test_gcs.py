@@ -4,9 +4,10 @@ gcsfs (etils.epath, Grain) and tensorstore (Orbax) talk HTTP to it as they would
 The end-to-end test trains a tiny OVQA run whose records, pretrained folder and workdir are all on gs://, kills it,
 resumes it, scores it with launch/evaluate.py, and checks that every number equals the same run on local disk. Two
 runs racing for one gs:// workdir: one trains, the other stops (the emulator enforces the lock's ifGenerationMatch=0
-as Cloud Storage does, and records the requests). The others cover one path kind each: the staged pretrained copy,
-the workdir lock, the history, TensorBoard events, answer graphs and the evaluator CLI. VIOLIN and E-VQA on gs://:
-tests/test_gcs_tasks.py; the converters writing to gs://: tests/test_gcs_convert.py.
+as Cloud Storage does, and records the requests). A run whose lock another run took over while it stalled stops
+before its next write, leaving the newer holder's lock and its own last checkpoint. The others cover one path kind
+each: the staged pretrained copy, the workdir lock, the history, TensorBoard events, answer graphs and the evaluator
+CLI. VIOLIN and E-VQA on gs://: tests/test_gcs_tasks.py; the converters writing to gs://: tests/test_gcs_convert.py.
 """
 
 import json
@@ -228,7 +229,7 @@ def test_lock_heartbeat_survives_a_failed_renewal(gcs, monkeypatch, capsys):
     def __getattr__(self, name):
       return getattr(self.p, name)
 
-  with safeguards.remote_lock(path, lease=30.0, heartbeat=0.2):
+  with safeguards.remote_lock(path, lease=30.0, heartbeat=0.2) as held:
     first = json.loads(io.epath_of(path).read_text())["time"]
     monkeypatch.setattr(safeguards.io_lib, "epath_of", Flaky)
     deadline = time.time() + 20
@@ -236,8 +237,51 @@ def test_lock_heartbeat_survives_a_failed_renewal(gcs, monkeypatch, capsys):
       time.sleep(0.1)
     monkeypatch.setattr(safeguards.io_lib, "epath_of", real)
     assert failures and json.loads(real(path).read_text())["time"] > first  # renewed after the failure
+    assert held.lost is None
+    safeguards.WorkdirLease(f"gs://{BUCKET}/beat", held).check(last_step=None)  # the run goes on
   assert "could not renew the lock (ConnectionResetError" in capsys.readouterr().out
   assert not real(path).exists()
+
+
+def test_lock_taken_over_is_recorded_and_left_to_its_new_holder(gcs, tmp_path):
+  """The heartbeat finds another run's token (or no object): it records the loss, stops rewriting the object, and
+  the run's check before a write raises LockLostError naming the new holder; on exit the newer lock stays."""
+  from evqa_jax import io  # pylint: disable=g-import-not-at-top
+  from evqa_jax.train import safeguards  # pylint: disable=g-import-not-at-top
+  wd = f"gs://{BUCKET}/taken"
+  path = f"{wd}/.workdir.lock"
+  newer = {"host": "other-host", "pid": 4242, "token": "newer", "time": time.time()}
+  with safeguards.remote_lock(path, lease=30.0, heartbeat=0.2) as held:
+    lease = safeguards.WorkdirLease(wd, held)
+    lease.check(last_step=None)
+    io.epath_of(path).write_text(json.dumps(newer))
+    deadline = time.time() + 20
+    while held.lost is None and time.time() < deadline:
+      time.sleep(0.05)
+    assert held.lost == newer  # seen by the heartbeat
+    time.sleep(0.6)  # three beats: none rewrites the newer holder's object
+    assert json.loads(io.epath_of(path).read_text()) == newer
+    with pytest.raises(safeguards.LockLostError) as e:
+      lease.check(last_step=6)
+  assert json.loads(io.epath_of(path).read_text()) == newer  # not deleted on exit either
+  assert str(e.value) == (
+      f"workdir {wd}: this run lost its lock {path}, now held by host other-host, pid 4242 (a run takes a lock over "
+      "that its holder did not renew for 120 s: this one stalled or was cut off from storage); stopped before "
+      "writing anything more, so that the two runs do not mix their checkpoints; the last step safely written is 6 "
+      "(its checkpoint)")
+  io.epath_of(path).unlink()
+
+  # The object deleted under a holder: lost too, and not re-created.
+  with safeguards.remote_lock(path, lease=30.0, heartbeat=0.2) as held:
+    io.epath_of(path).unlink()
+    deadline = time.time() + 20
+    while held.lost is None and time.time() < deadline:
+      time.sleep(0.05)
+    assert held.lost == {}
+    with pytest.raises(safeguards.LockLostError, match=r"now deleted or unreadable .* this run wrote no checkpoint"):
+      safeguards.WorkdirLease(wd, held).check(last_step=None)
+  assert not io.epath_of(path).exists()
+  safeguards.WorkdirLease(str(tmp_path)).check(last_step=None)  # a local (fcntl) lock cannot be lost
 
 
 RACE_CONFIG = textwrap.dedent("""
@@ -313,6 +357,86 @@ def test_two_runs_racing_for_one_gcs_workdir(gcs, request_log, tmp_path):
   creates = [r for r in gcs_emulator.read_requests(request_log)
              if r.get("object") == "race/run/.workdir.lock" and "ifGenerationMatch=0" in r["path"]]
   assert sorted(r["status"] for r in creates) == [200, 412], creates  # both sent it; the server let one in
+
+
+# launch/train.py stalled right after its step-2 checkpoint, heartbeat included (a GC pause, a network partition):
+# while it stalls, the test makes another run the lock's holder, as a run that found the lock stale would.
+STALLER = textwrap.dedent("""
+    import os, runpy, sys, threading, time
+    from evqa_jax.train import checkpointing, safeguards
+    safeguards.HEARTBEAT_SECONDS = 0.3
+    signals = sys.argv[1]
+    stalled, parked = threading.Event(), threading.Event()
+    read = safeguards._read_lock
+
+    def read_unless_stalled(path):
+      while stalled.is_set():
+        parked.set()
+        time.sleep(0.02)
+      return read(path)
+
+    save = checkpointing.save_checkpoint
+
+    def save_then_stall(mngr, step, *args, **kwargs):
+      save(mngr, step, *args, **kwargs)
+      if step == 2:
+        stalled.set()
+        parked.wait(30)  # the heartbeat waits in its next read: no rewrite of the lock is under way
+        open(os.path.join(signals, "stalled"), "w").close()
+        deadline = time.time() + 120
+        while not os.path.exists(os.path.join(signals, "taken")) and time.time() < deadline:
+          time.sleep(0.02)
+        stalled.clear()
+
+    safeguards._read_lock = read_unless_stalled
+    checkpointing.save_checkpoint = save_then_stall
+    sys.argv = ["launch/train.py", *sys.argv[2:]]
+    runpy.run_path(sys.argv[0], run_name="__main__")
+""")
+
+
+def test_run_whose_lock_is_taken_over_stops_before_its_next_checkpoint(gcs, tmp_path):
+  """A gs:// run stalls after its step-2 checkpoint and another run takes its lock over meanwhile: once it goes on,
+  it stops at its next write (the history row of step 3, before the checkpoint of step 4) with the one-line
+  LockLostError, and the newer holder's lock and the step-2 checkpoint are left as they were."""
+  from evqa_jax import io  # pylint: disable=g-import-not-at-top
+  from evqa_jax.train import checkpointing  # pylint: disable=g-import-not-at-top
+  cfg, staller, signals = tmp_path / "race.py", tmp_path / "staller.py", tmp_path / "signals"
+  cfg.write_text(RACE_CONFIG)
+  staller.write_text(STALLER)
+  signals.mkdir()
+  wd = f"gs://{BUCKET}/takeover/run"
+  lock = f"{wd}/.workdir.lock"
+  proc = subprocess.Popen([sys.executable, str(staller), str(signals), f"--config={cfg}", f"--workdir={wd}"],
+                          cwd=REPO, env=_env(gcs, tmp_path / "cache"), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+  try:
+    deadline = time.time() + 300
+    while not (signals / "stalled").exists() and proc.poll() is None and time.time() < deadline:
+      time.sleep(0.1)
+    assert (signals / "stalled").exists(), "the run did not reach its step-2 checkpoint"
+    mine = json.loads(_read(lock))
+    assert mine["pid"] == proc.pid
+    newer = {"host": "other-host", "pid": 4242, "token": "newer-run", "time": time.time()}
+    io.epath_of(lock).write_text(json.dumps(newer))
+    (signals / "taken").touch()
+    out = proc.communicate(timeout=120)[0]
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+      proc.wait()
+  assert proc.returncode == 2, out[-3000:]
+  errors = [line for line in out.splitlines() if line.startswith("error:")]
+  assert len(errors) == 1, out[-3000:]
+  assert errors[0].startswith(f"error: LockLostError: workdir {wd}: this run lost its lock {lock}, now held by host "
+                              "other-host, pid 4242 ("), errors[0]
+  assert "the last step safely written is 2 (its checkpoint)" in errors[0]
+  assert json.loads(_read(lock)) == newer  # neither renewed over nor deleted
+  assert checkpointing.checkpoint_steps(f"{wd}/checkpoints") == [2]
+  assert [json.loads(x)["step"] for x in _read(f"{wd}/train_history.jsonl").splitlines()] == [1, 2]
+  assert not io.epath_of(f"{wd}/final_metrics.json").exists()
+  step, arrays = checkpointing.load_checkpoint_arrays(wd)  # every array checked against its saved checksum
+  assert step == 2 and int(arrays["step"]) == 2
 
 
 def test_history_and_tensorboard_events_on_gcs(gcs, tmp_path):

@@ -160,3 +160,47 @@ def test_evaluate_in_two_processes_equals_one_process(runs):
   assert by_two["eval"]["val"] == {k: v for k, v in trained.items() if k != "step"}
   preds = [open(os.path.join(d, "eval", "val_step4", "predictions.csv")).read() for d in (one, two, runs["two"])]
   assert preds[0] == preds[1] == preds[2] and len(preds[1].splitlines()) == 1 + 100
+
+
+# Process 0 holds a gs:// workdir's lease, here one that another run has taken over; process 1 holds nothing.
+LOST_LOCK_SCRIPT = textwrap.dedent("""
+    import sys
+    import jax
+    args = dict(a[2:].split("=", 1) for a in sys.argv[1:])
+    jax.distributed.initialize(args["coordinator"], int(args["num_processes"]), int(args["process_id"]))
+    from evqa_jax.train import safeguards
+
+    class Lease:
+      def __init__(self, lost):
+        self.lost = lost
+
+      def lost_to(self):
+        return self.lost
+
+    wd = "gs://bucket/run"
+    main = jax.process_index() == 0
+    safeguards.WorkdirLease(wd, Lease(None) if main else None).check(last_step=2)  # held: every process goes on
+    if main:
+      lease = safeguards.WorkdirLease(wd, Lease({"host": "other-host", "pid": 4242, "token": "t"}))
+    else:
+      with safeguards.workdir_lock(wd) as lease:  # touches no storage off process 0
+        pass
+    try:
+      lease.check(last_step=2)
+    except safeguards.LockLostError as e:
+      print("raised:", e, flush=True)
+""")
+
+
+def test_a_lost_lock_stops_every_process(tmp_path):
+  """Only process 0 holds a gs:// lock: its finding that the lock was taken over is broadcast, and every process
+  raises the same LockLostError at the same check (none is left waiting in a collective)."""
+  script = tmp_path / "lost_lock.py"
+  script.write_text(LOST_LOCK_SCRIPT)
+  codes, outs = local_multiprocess.launch([str(script)], 2, devices_per_process=1, timeout=120, echo=False)
+  assert codes == [0, 0], "\n".join(o[-3000:] for o in outs)
+  raised = [[line for line in out.splitlines() if line.startswith("raised:")] for out in outs]
+  assert raised[0] == raised[1] and len(raised[0]) == 1, outs
+  assert raised[0][0].startswith("raised: workdir gs://bucket/run: this run lost its lock "
+                                 "gs://bucket/run/.workdir.lock, now held by host other-host, pid 4242 (")
+  assert raised[0][0].endswith("the last step safely written is 2 (its checkpoint)")

@@ -1,6 +1,8 @@
 """What keeps a training run from reporting success with something missing or wrong.
 
-- `workdir_lock`: one run per workdir at a time (a second one is refused, naming the holder's pid).
+- `workdir_lock`: one run per workdir at a time (a second one is refused, naming the holder's pid); on gs:// the
+  lock is a lease another run can take over from a stalled holder, and `WorkdirLease.check` (before every write that
+  would collide) stops this run with `LockLostError` once that happened.
 - `state_checksums` / `verify_checksums`: a checksum per array of the train state, stored with every checkpoint
   and checked on restore, so a flipped byte inside array data is a damaged checkpoint (the trainer's fall-back to
   the previous checkpoint applies), not a silently wrong weight.
@@ -28,20 +30,93 @@ from evqa_jax import io as io_lib
 LOCK_FILE = ".workdir.lock"
 
 
+class LockLostError(RuntimeError):
+  """Another run took this run's workdir lock over: this run stops before writing anything more into the workdir."""
+
+
+class WorkdirLease:
+  """What `workdir_lock` yields: `check(last_step)` before each write that a second run in the workdir would collide
+  with (checkpoints, history, evaluation files, final metrics).
+
+  A local workdir's fcntl lock cannot be lost, so there `check` does nothing. A gs:// workdir's lease can: process 0
+  holds it (`remote_lock`'s `Lease`); in a multi-process job process 0's answer is broadcast, so that every process
+  raises the same LockLostError at the same call instead of the others waiting in a collective for process 0."""
+
+  def __init__(self, workdir: str, lease=None):
+    self.workdir = workdir
+    self.path = os.path.join(workdir, LOCK_FILE)
+    self.remote = io_lib.is_uri(workdir)
+    self._lease = lease  # process 0 of a gs:// run; None elsewhere
+
+  def check(self, last_step) -> None:
+    """Raises LockLostError when another run holds the lock now. `last_step`: the step of the newest checkpoint
+    this run wrote or resumed from (None: none), named in the error. Called at the same points by every process."""
+    if not self.remote:
+      return
+    lost = self._lease.lost_to() if self._lease is not None else None
+    if jax.process_count() > 1:
+      lost = _broadcast_holder(lost)
+    if lost is not None:
+      raise LockLostError(lost_message(self.workdir, self.path, lost, last_step))
+
+
+def lost_message(workdir: str, path: str, holder: dict, last_step) -> str:
+  """The one-line error of a run whose lock `path` is now held by `holder` ({} when the object is gone)."""
+  now = _holder_words(holder)
+  done = (f"the last step safely written is {last_step} (its checkpoint)" if last_step is not None
+          else "this run wrote no checkpoint")
+  return (f"workdir {workdir}: this run lost its lock {path}, {now} (a run takes a lock over that its holder did "
+          f"not renew for {LEASE_SECONDS:.0f} s: this one stalled or was cut off from storage); stopped before writing "
+          f"anything more, so that the two runs do not mix their checkpoints; {done}")
+
+
+def _holder_words(holder: dict) -> str:
+  if holder.get("host") is not None or holder.get("pid") is not None:
+    return f"now held by host {holder.get('host')}, pid {holder.get('pid')}"
+  return "now deleted or unreadable"
+
+
+_HOST_BYTES = 256
+
+
+def _broadcast_holder(holder):
+  """Process 0's `holder` (a dict, or None while the lock is held) on every process: one small collective."""
+  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+  host = np.zeros(_HOST_BYTES, np.uint8)
+  head = np.array([0, -1, 0], np.int32)  # lost, pid (-1: unknown), host length (-1: unknown)
+  if holder is not None:
+    name = str(holder.get("host") or "").encode()[:_HOST_BYTES]
+    host[:len(name)] = np.frombuffer(name, np.uint8)
+    pid = holder.get("pid")
+    head[:] = (1, pid if isinstance(pid, int) and 0 <= pid < 2**31 else -1,
+               len(name) if holder.get("host") is not None else -1)
+  out = multihost_utils.broadcast_one_to_all({"head": head, "host": host})
+  lost, pid, length = (int(v) for v in out["head"])
+  if not lost:
+    return None
+  got = {}
+  if length >= 0:
+    got["host"] = bytes(np.asarray(out["host"][:length], np.uint8)).decode(errors="replace")
+  if pid >= 0:
+    got["pid"] = pid
+  return got
+
+
 @contextlib.contextmanager
 def workdir_lock(workdir: str):
-  """Holds <workdir>/.workdir.lock (process 0 of a job) for the run; RuntimeError when another run holds it.
+  """Holds <workdir>/.workdir.lock (process 0 of a job) for the run, yielding a `WorkdirLease`; RuntimeError when
+  another run holds it.
 
   A local workdir takes an fcntl lock, which the system drops when its process dies. A gs://... workdir takes a
   lease object instead (`remote_lock`)."""
   if jax.process_index() != 0:
-    yield
+    yield WorkdirLease(workdir)
     return
   path = os.path.join(workdir, LOCK_FILE)
   try:
     with (remote_lock(path, LEASE_SECONDS, HEARTBEAT_SECONDS) if io_lib.is_uri(workdir)
-          else io_lib.file_lock(path, wait=False)):
-      yield
+          else io_lib.file_lock(path, wait=False)) as held:
+      yield WorkdirLease(workdir, held if io_lib.is_uri(workdir) else None)
   except io_lib.LockedError as e:
     raise RuntimeError(f"workdir {workdir} is in use by another training run ({e}); wait for it to finish or use "
                        "another --workdir (two runs in one workdir would mix their checkpoints and history)") from None
@@ -99,14 +174,45 @@ def _process_gone(holder: dict) -> bool:
   return False
 
 
+class Lease:
+  """What `remote_lock` yields: whether this process still holds the lock object.
+
+  `lost`: None while held; once the heartbeat (or `lost_to`) finds another holder's token in the object, or no object,
+  that holder's {host, pid, ...} ({} when the object is gone). A lost lease stays lost: its heartbeat has stopped."""
+
+  def __init__(self, path: str, token: str):
+    self.path, self.token = path, token
+    self.lost = None
+
+  def _seen(self, holder) -> None:
+    if holder is None or holder.get("token") != self.token:
+      self.lost = holder or {}
+
+  def lost_to(self):
+    """The holder that took the lock over, read afresh from the object (None while it is this process's). A failed
+    read is no answer: the heartbeat's last finding stands (a storage hiccup does not stop a run)."""
+    try:
+      holder = _read_lock(self.path)
+    except Exception as e:  # pylint: disable=broad-except
+      print(f"WARNING: {self.path}: could not read the lock ({type(e).__name__}: {e}); going on with what the "
+            "heartbeat last saw", flush=True)
+      return self.lost
+    if self.lost is None:
+      self._seen(holder)
+    elif holder and holder.get("token") != self.token:
+      self.lost = holder  # the run that took it over (the heartbeat may have seen the object gone in between)
+    return self.lost
+
+
 @contextlib.contextmanager
 def remote_lock(path: str, lease: float = LEASE_SECONDS, heartbeat: float = HEARTBEAT_SECONDS):
   """A lock on an object store (gs://...), where fcntl does not reach: the object `path` holding {host, pid, token,
-  time}, created only when absent and rewritten by its holder every `heartbeat` seconds.
+  time}, created only when absent and rewritten by its holder every `heartbeat` seconds. Yields a `Lease`.
 
   A holder whose process is gone (same host), or whose object stayed unchanged for `lease` seconds, is stale: its
   lock is taken over, so a preempted or killed job restarts without a manual step (at most `lease` seconds later).
-  A holder that keeps beating raises io_lib.LockedError naming its host and pid. The lock is deleted on exit."""
+  A holder that keeps beating raises io_lib.LockedError naming its host and pid. The lock is deleted on exit, unless
+  another run has taken it over meanwhile (the heartbeat then stops and records it in `Lease.lost`)."""
   me = {"host": socket.gethostname(), "pid": os.getpid(), "token": uuid.uuid4().hex}
   seen, since, announced = None, time.monotonic(), False
   while True:
@@ -132,13 +238,16 @@ def remote_lock(path: str, lease: float = LEASE_SECONDS, heartbeat: float = HEAR
       print(f"{path} is held by host {holder.get('host')}, pid {holder.get('pid')}: waiting up to {lease:.0f} s "
             "for it to beat (a live run) or not (a stale lock)", flush=True)
     time.sleep(min(heartbeat / 3, 5.0))
+  held = Lease(path, me["token"])
   stop = threading.Event()
 
   def beat():
     while not stop.wait(heartbeat):
       try:
-        if (_read_lock(path) or {}).get("token") != me["token"]:
-          print(f"WARNING: {path} no longer holds this run's lock", flush=True)
+        held._seen(_read_lock(path))  # pylint: disable=protected-access
+        if held.lost is not None:
+          print(f"WARNING: {path} no longer holds this run's lock ({_holder_words(held.lost)}); the run stops "
+                "before its next write", flush=True)
           return
         io_lib.epath_of(path).write_text(json.dumps(dict(me, time=time.time())))
       except Exception as e:  # pylint: disable=broad-except  (a storage hiccup must not end the heartbeat)
@@ -148,11 +257,11 @@ def remote_lock(path: str, lease: float = LEASE_SECONDS, heartbeat: float = HEAR
   thread = threading.Thread(target=beat, name="workdir-lock-heartbeat", daemon=True)
   thread.start()
   try:
-    yield
+    yield held
   finally:
     stop.set()
     thread.join()
-    if (_read_lock(path) or {}).get("token") == me["token"]:
+    if held.lost is None and (_read_lock(path) or {}).get("token") == me["token"]:
       io_lib.epath_of(path).unlink(missing_ok=True)
 
 

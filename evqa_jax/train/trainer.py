@@ -10,6 +10,10 @@ final_metrics.json, its checkpoint kept) from evaluation.py; this file holds the
 Multi-process jobs (jax.distributed): every process runs this same function; each reads its own rows of every batch
 (evqa_jax.data.pipeline), eval passes have the same number of batches everywhere, and only process 0 writes logs,
 summaries, train_history.jsonl and prediction files. Every process takes part in checkpointing (a shared filesystem).
+
+Before every write that a second run in the workdir would collide with (a logged row, a checkpoint, an evaluation,
+the final metrics) the loop checks that the run still holds the workdir lock (safeguards.WorkdirLease.check: on
+gs://, another run may have taken a stalled run's lease over); if not, every process raises LockLostError there.
 """
 
 import os
@@ -64,11 +68,12 @@ def _check_eval_splits(task, config, splits=None, key: str = "config.data.eval_s
 def train_and_evaluate(config, workdir: str) -> dict:
   """Trains `config.task` in `workdir`, evaluating every `eval_every_steps` and at the end. Returns the last metrics.
 
-  One run per workdir at a time (safeguards.workdir_lock)."""
+  One run per workdir at a time (safeguards.workdir_lock); a run that lost its lock to another stops with
+  safeguards.LockLostError before its next write."""
   workdir = io_lib.absolute(workdir)  # local, or gs://... (every file below goes through evqa_jax.io / epath)
   io_lib.makedirs(workdir)
-  with safeguards.workdir_lock(workdir):
-    return _train_and_evaluate(config, workdir)
+  with safeguards.workdir_lock(workdir) as lease:
+    return _train_and_evaluate(config, workdir, lease)
 
 
 def _build(config):
@@ -81,7 +86,7 @@ def _build(config):
   return task, mesh, rules, batch_shard
 
 
-def _train_and_evaluate(config, workdir: str) -> dict:
+def _train_and_evaluate(config, workdir: str, lease: safeguards.WorkdirLease) -> dict:
   workdir_lib.check_workdir(config, workdir)
   identity = workdir_lib.config_identity(config)
   is_main = jax.process_index() == 0
@@ -148,6 +153,11 @@ def _train_and_evaluate(config, workdir: str) -> dict:
   # (redone below when a kill interrupted them), so final_metrics.json equals an uninterrupted run's.
   last_row = safeguards.last_history_row(history.path) if start_step else {}
   step = start_step
+  saved_step = start_step if restored is not None else None  # the newest checkpoint this run can stand on
+
+  def still_locked():
+    """Before a write: stops every process (LockLostError) when another run has taken the workdir over."""
+    lease.check(saved_step)
 
   def run_evals(step, reuse=False):
     for split in config.data.eval_splits:
@@ -182,13 +192,18 @@ def _train_and_evaluate(config, workdir: str) -> dict:
     if start_step:
       update_best(start_step)  # the evaluations of the run that wrote the restored checkpoint
     if start_step and (start_step % eval_every == 0 or start_step == total_steps):
+      still_locked()
       run_evals(start_step, reuse=True)
     while step < total_steps:
       local = next(train_iter)
       batch = sharding.global_batch(local, batch_shard)
       state, metrics = steps.train_step(state, batch, train_aux_dev)
       step += 1
-      if step % log_every == 0 or step == total_steps:
+      log_due = step % log_every == 0 or step == total_steps
+      ckpt_due = step % ckpt_every == 0 or step == total_steps
+      if log_due or ckpt_due:
+        still_locked()  # once per step that writes the history or a checkpoint
+      if log_due:
         metrics = jax.tree.map(lambda x: float(x), jax.device_get(metrics))
         if not np.isfinite(metrics["loss"]):
           raise FloatingPointError(f"loss is {metrics['loss']} at step {step} (workdir {workdir})")
@@ -197,10 +212,13 @@ def _train_and_evaluate(config, workdir: str) -> dict:
         last_row = {"step": step, **metrics}
         history.append(last_row)
         progress.report(step, metrics)
-      if step % ckpt_every == 0 or step == total_steps:
+      if ckpt_due:
         checkpointing.save_checkpoint(mngr, step, state, train_iter, identity)
+        saved_step = step
       if step % eval_every == 0 or step == total_steps:
+        still_locked()  # again: a checkpoint can take a while, an evaluation longer
         run_evals(step)
+  still_locked()  # before the last TensorBoard events and final_metrics.json
   mngr.wait_until_finished()
   mngr.close()
   train_iter.close()
