@@ -188,7 +188,8 @@ def ovqa_sweep(name: str, arg) -> dict:
         {"name": "frozenbilm_plus", "overrides": {"model.head": "open", "verbalizer.variant": "A"}, "x": None},
         {"name": "frozenbilm_plus_gnn", "overrides": {"model.head": "open", "verbalizer.variant": "E"}, "x": None},
     ]
-    return {"points": points, "columns": OVQA_COLUMNS, "split": "test", "x_label": None}
+    return {"points": points, "columns": OVQA_COLUMNS, "split": "test", "x_label": None, "per_seed": "M",
+            "order": [p["name"] for p in points]}
   if name == "heads_justask":  # the JustAsk rows beside `heads` (configs/ovqa_justask_common.py)
     from configs import ovqa_justask_common
     return ovqa_justask_common.heads_sweep(OVQA_COLUMNS)

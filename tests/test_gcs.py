@@ -525,7 +525,7 @@ def test_sweep_table_from_points_finished_on_gcs(gcs, tmp_path, monkeypatch, cap
     io.write_json(f"{root}/eps_{e:.1f}/final_metrics.json", metrics)
     config = sweep_lib.point_config_dict(module, None, points[f"eps_{e:.1f}"])  # a finished point's own record
     io.write_json(f"{root}/eps_{e:.1f}/config.json", {"identity": workdir_lib.config_identity(config)})
-  monkeypatch.setattr(sweep_lib, "_run_point", lambda cmd: pytest.fail(f"ran {cmd}"))
+  monkeypatch.setattr(sweep_lib, "_run_point", lambda cmd, env=None: pytest.fail(f"ran {cmd}"))
   sweep_lib.run_sweep(str(cfg), "eps", root)
   assert _read(f"{root}/eps.csv").splitlines() == ["point,B,M", "eps_1.0,91.00,40.00", "eps_0.5,90.50,45.00",
                                                     "eps_0.0,90.00,50.00"]

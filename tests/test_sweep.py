@@ -58,10 +58,11 @@ class FakeTrain:
   """Stands in for running `[python, launch/train.py, --config=..., --workdir=..., --config.k=v ...]`."""
 
   def __init__(self, module, arg):
-    self.module, self.arg, self.calls = module, arg, []
+    self.module, self.arg, self.calls, self.envs = module, arg, [], []
 
-  def __call__(self, cmd):
+  def __call__(self, cmd, env=None):
     workdir = next(a.split("=", 1)[1] for a in cmd if a.startswith("--workdir="))
+    self.envs.append(env)
     eps = float(next(a.split("=", 1)[1] for a in cmd if a.startswith("--config.verbalizer.eps=")))
     self.calls.append(os.path.basename(workdir))
     config = sweep_lib.point_config(self.module, self.arg, {"name": "", "overrides": {"verbalizer.eps": eps}})
@@ -73,6 +74,7 @@ def test_runs_missing_points_only_and_writes_tables_and_plot(tmp_path, config_pa
   module = sweep_lib.load_config_module(config_path + ":demo")
   fake = FakeTrain(module, "demo")
   monkeypatch.setattr(sweep_lib, "_run_point", fake)
+  monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
   workdir = str(tmp_path / "sweep")
   # eps_0.7 finished in an earlier (interrupted) sweep; eps_0.0 was interrupted before finishing.
   _write_run(os.path.join(workdir, "eps_0.7"),
@@ -81,6 +83,11 @@ def test_runs_missing_points_only_and_writes_tables_and_plot(tmp_path, config_pa
 
   table = sweep_lib.run_sweep(config_path + ":demo", "eps", workdir)
   assert fake.calls == ["eps_1.0", "eps_0.0"]
+  # The points share a persistent compilation cache in the sweep's workdir (unless the user set one).
+  assert [e["JAX_COMPILATION_CACHE_DIR"] for e in fake.envs] == [os.path.join(workdir, ".xla_cache")] * 2
+  monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", "/elsewhere")
+  assert sweep_lib.point_env(workdir) is None and sweep_lib.point_env("gs://b/sweep") is None
+  monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR")
   assert [r["name"] for r in table["rows"]] == ["eps_1.0", "eps_0.7", "eps_0.0"]
   with open(os.path.join(workdir, "eps.csv")) as f:
     rows = list(csv.reader(f))
@@ -199,7 +206,7 @@ def test_seeds_and_only_give_mean_and_std(tmp_path, config_path, monkeypatch):
   module = sweep_lib.load_config_module(config_path)
   calls = []
 
-  def fake_run(cmd):
+  def fake_run(cmd, env=None):
     workdir = next(a.split("=", 1)[1] for a in cmd if a.startswith("--workdir="))
     eps = float(next(a.split("=", 1)[1] for a in cmd if a.startswith("--config.verbalizer.eps=")))
     seed = int(next(a.split("=", 1)[1] for a in cmd if a.startswith("--config.seed=")))
@@ -253,3 +260,17 @@ def test_code_version_is_a_digest_of_the_code_paths(tmp_path, monkeypatch):
   (tmp_path / "configs" / "c.py").write_text("x = 1\n")
   (tmp_path / "configs" / "d.py").write_text("x = 1\n")  # a new file counts, under its name
   assert workdir.code_version()["sources_sha256"] != first["sources_sha256"]
+
+
+def test_per_seed_table_and_order_count():
+  """Under a multi-seed table: the sweep's `per_seed` column at each seed, and at how many seeds its `order` holds
+  strictly (hand-made values: the order fails at seed 43, where b ties c)."""
+  vals = {"a": {42: 10.0, 43: 11.0, 44: 12.0}, "b": {42: 20.0, 43: 30.0, 44: 21.0}, "c": {42: 25.0, 43: 30.0, 44: 22.5}}
+  rows = [{"name": n, "per_seed": {s: {"M": v, "B": 0.0} for s, v in per.items()}} for n, per in vals.items()]
+  lines = sweep_lib.per_seed_lines({"per_seed": "M", "order": ["a", "b", "c"]}, rows)
+  assert lines[1] == "M per seed"
+  assert lines[3] == "| point | seed 42 | seed 43 | seed 44 |"
+  assert lines[5] == "| a | 10.00 | 11.00 | 12.00 |" and lines[7] == "| c | 25.00 | 30.00 | 22.50 |"
+  assert lines[-1] == "M: a < b < c at 2 of 3 seeds (not at 43)"
+  assert sweep_lib.per_seed_lines({"per_seed": "M", "order": ["a", "c"]}, rows)[-1] == "M: a < c at 3 of 3 seeds"
+  assert sweep_lib.per_seed_lines({"columns": []}, rows) == []

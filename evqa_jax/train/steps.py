@@ -24,8 +24,8 @@ class StepFns:
     self.task = task
     repl = sharding.replicated(mesh)
 
-    def train_step(state, batch, aux):
-      rng = jax.random.fold_in(jax.random.key(task.config.seed), state["step"])
+    def train_step(state, batch, aux, seed):
+      rng = jax.random.fold_in(jax.random.key(seed), state["step"])
 
       def loss_fn(trainable):
         params = partition.merge_params(trainable, state["frozen"])
@@ -52,9 +52,12 @@ class StepFns:
 
     self.mesh = mesh
     self.rules = sharding.rules_tuple(rules)
-    self.train_step = jax.jit(train_step, donate_argnums=0,
-                              in_shardings=(state_shardings, batch_shard, aux_shardings),
-                              out_shardings=(state_shardings, repl))
+    # The seed is an input of the compiled step, not a constant in it: runs that differ only in their seed share one
+    # executable (a sweep's seeds hit the persistent compilation cache), with the same random bits as a constant.
+    self.train_step = SeededStep(
+        jax.jit(train_step, donate_argnums=0, in_shardings=(state_shardings, batch_shard, aux_shardings, repl),
+                out_shardings=(state_shardings, repl)),
+        task.config.seed)
     self.eval_step = jax.jit(eval_step, in_shardings=(state_shardings, batch_shard, aux_shardings),
                              out_shardings=repl)
     self.eval_loss_step = jax.jit(eval_loss_step, in_shardings=(state_shardings, batch_shard, aux_shardings),
@@ -69,6 +72,21 @@ class StepFns:
     untouched (no gradient, no optimiser state), so they keep their values bit for bit on any mesh.
     """
     return mesh_context(self.mesh, self.rules)
+
+
+class SeededStep:
+  """`step(state, batch, aux)` (and `.lower` with the same arguments) of a jitted `f(state, batch, aux, seed)`."""
+
+  def __init__(self, jitted, seed: int):
+    if not np.iinfo(np.int32).min <= int(seed) <= np.iinfo(np.int32).max:
+      raise ValueError(f"config.seed = {seed} does not fit in int32 (jax.random.key's seed range without x64)")
+    self.jitted, self.seed = jitted, np.int32(seed)
+
+  def __call__(self, state, batch, aux):
+    return self.jitted(state, batch, aux, self.seed)
+
+  def lower(self, state, batch, aux):
+    return self.jitted.lower(state, batch, aux, self.seed)
 
 
 @contextlib.contextmanager

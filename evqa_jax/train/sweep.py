@@ -130,9 +130,19 @@ def reuse_point(source: str, point_dir: str) -> None:
   io_lib.copy(os.path.join(source, "final_metrics.json"), os.path.join(point_dir, "final_metrics.json"))
 
 
-def _run_point(cmd: list) -> subprocess.CompletedProcess:
+def _run_point(cmd: list, env: dict | None = None) -> subprocess.CompletedProcess:
   """Runs one point's training command (the tests replace this)."""
-  return subprocess.run(cmd, cwd=REPO)
+  return subprocess.run(cmd, cwd=REPO, env=env)
+
+
+def point_env(workdir: str) -> dict | None:
+  """The environment of the points run here: JAX's persistent compilation cache in `<workdir>/.xla_cache`, so points
+  that differ only in values the step takes as inputs (the seed) reuse the first one's compiled step instead of
+  compiling it again (the same executable, so the same numbers). None (the inherited environment) when the user set
+  JAX_COMPILATION_CACHE_DIR or the workdir is remote."""
+  if "JAX_COMPILATION_CACHE_DIR" in os.environ or io_lib.is_uri(workdir):
+    return None
+  return dict(os.environ, JAX_COMPILATION_CACHE_DIR=os.path.join(os.path.abspath(workdir), ".xla_cache"))
 
 
 def select_points(sweep: dict, only=(), seeds=()) -> dict:
@@ -194,7 +204,7 @@ def run_sweep(config_path: str, sweep_name: str, workdir: str, mode: str = "loca
         print(f"[sweep] {point['name']}: same config as the finished run {source}, its results reused", flush=True)
         continue
     print(f"[sweep] point {k} of {len(points)}: {point['name']}: {' '.join(shlex.quote(c) for c in cmd)}", flush=True)
-    result = _run_point(cmd)
+    result = _run_point(cmd, env=point_env(workdir))
     if result.returncode != 0:
       raise RuntimeError(f"sweep point {point['name']} failed with exit code {result.returncode} "
                          f"(workdir {point_dir})")
@@ -230,6 +240,29 @@ class SweepProgress:
     return line
 
 
+def per_seed_lines(sweep: dict, rows: list) -> list:
+  """Markdown lines under a multi-seed table: the sweep's `per_seed` column (e.g. "M") at every seed, one row per
+  point, and, when the sweep names an `order` of points (lowest first), at how many seeds that order holds strictly:
+  a mean can hide a seed where it does not."""
+  title = sweep.get("per_seed")
+  if not title:
+    return []
+  seeds = sorted({s for r in rows for s in r["per_seed"]}, key=lambda s: (s is None, s))
+  out = ["", f"{title} per seed", "", "| point | " + " | ".join(f"seed {s}" for s in seeds) + " |",
+         "|---|" + "---|" * len(seeds)]
+  out += ["| " + r["name"] + " | " + " | ".join(f"{r['per_seed'][s][title]:.2f}" if s in r["per_seed"] else "-"
+                                                for s in seeds) + " |" for r in rows]
+  order = [name for name in sweep.get("order", ()) if any(r["name"] == name for r in rows)]
+  if len(order) > 1:
+    by_name = {r["name"]: r for r in rows}
+    common = [s for s in seeds if all(s in by_name[n]["per_seed"] for n in order)]
+    holds = [s for s in common if all(by_name[a]["per_seed"][s][title] < by_name[b]["per_seed"][s][title]
+                                      for a, b in zip(order, order[1:]))]
+    out += ["", f"{title}: {' < '.join(order)} at {len(holds)} of {len(common)} seeds"
+            + (f" (not at {', '.join(str(s) for s in common if s not in holds)})" if len(holds) < len(common) else "")]
+  return out
+
+
 def write_table(sweep: dict, sweep_name: str, workdir: str) -> dict:
   """Reads every point's final metrics; writes `<sweep>.csv`, `.md` and (numeric x) `.png`.
 
@@ -245,11 +278,13 @@ def write_table(sweep: dict, sweep_name: str, workdir: str) -> dict:
     if not io_lib.epath_of(path).exists():
       raise FileNotFoundError(f"{path} is missing: sweep point {point['name']} has not finished")
     metrics = io_lib.load_json(path, "final metrics", finite=False)["eval"][split]
-    group = groups.setdefault(point.get("group", point["name"]), {"x": point.get("x"), "values": []})
+    group = groups.setdefault(point.get("group", point["name"]), {"x": point.get("x"), "values": [], "seeds": []})
     group["values"].append({title: float(metrics[key]) for key, title in sweep["columns"]})
+    group["seeds"].append(point["overrides"].get("seed"))
   rows = []
   for name, g in groups.items():
-    row = {"name": name, "x": g["x"], "n": len(g["values"])}
+    row = {"name": name, "x": g["x"], "n": len(g["values"]),
+           "per_seed": {seed: v for seed, v in zip(g["seeds"], g["values"])}}
     for t in titles:
       vals = [v[t] for v in g["values"]]
       mean = sum(vals) / len(vals)
@@ -275,6 +310,7 @@ def write_table(sweep: dict, sweep_name: str, workdir: str) -> dict:
           "| point | seeds | " + " | ".join(titles) + " |", "|---|---|" + "---|" * len(titles)]
     md += ["| " + r["name"] + f" | {r['n']} | " + " | ".join(f"{r[t]:.2f} ± {r[t + '_std']:.2f}" for t in titles)
            + " |" for r in rows]
+    md += per_seed_lines(sweep, rows)
   else:
     md = ["| point | " + " | ".join(titles) + " |", "|---|" + "---|" * len(titles)]
     md += ["| " + r["name"] + " | " + " | ".join(f"{r[t]:.2f}" for t in titles) + " |" for r in rows]
