@@ -309,7 +309,7 @@ class BenchTask:
   def trainable_patterns(self):
     return tuple(self.config.trainable)
 
-  def aux_logical_axes(self):
+  def aux_logical_axes(self, aux=None):
     return None
 
   def init_params(self, rng):

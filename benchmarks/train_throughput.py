@@ -86,10 +86,11 @@ class Bench:
     self.state, shardings = steps_lib.create_state(self.task, config, self.mesh, self.tx)
     jax.block_until_ready(self.state)
     self.init_s = time.perf_counter() - t0
-    aux = self.task.aux_inputs(config.data.train_split)
-    aux_shardings = steps_lib.aux_shardings_for(self.task, self.mesh, rules, aux)
-    self.aux = sharding.host_to_global(aux, aux_shardings)
-    self.steps = steps_lib.StepFns(self.task, self.tx, self.mesh, rules, shardings, self.batch_shard, aux_shardings)
+    step_aux = steps_lib.StepAux(self.task, self.mesh, rules, self.state, shardings,
+                                 self.task.aux_inputs(config.data.train_split))
+    self.aux = step_aux(self.state, self.task.aux_inputs(config.data.train_split))  # what the trainer's steps read
+    self.steps = steps_lib.StepFns(self.task, self.tx, self.mesh, rules, shardings, self.batch_shard,
+                                   step_aux.shardings)
     self.source = self.task.source(config.data.train_split)
     loader = pipeline.make_train_loader(self.source, global_batch_size=config.batch_size,
                                         transform=lambda ex: self.task.preprocess(ex, train=True), seed=0)

@@ -39,6 +39,9 @@ def apply(c: ml_collections.ConfigDict, variants: set) -> None:
       mlm_prob=0.15,  # the authors' auxiliary masked-LM loss on the question (0: off)
       # JustAsk+ with the verbalizer is the paper's second stage: the answer encoder (trained in the first) frozen.
       freeze_answer_encoder=graph,
+      # A frozen answer encoder's outputs (over the graph nodes, or the answers) are computed once per split from the
+      # loaded weights, not in every step: the same numbers (tests/test_justask_cache.py). False: every step.
+      cache_answer_encoder=True,
       dtype="bfloat16" if "bf16" in variants else "float32", remat="none"))
   c.trainable = (".",)  # everything (the frozen sinusoidal positions are not parameters); see freeze_answer_encoder
 

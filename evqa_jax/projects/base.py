@@ -52,9 +52,24 @@ class Task(abc.ABC):
     """
     return {}
 
-  def aux_logical_axes(self) -> dict:
-    """Logical partition specs for `aux_inputs` leaves (a tree of PartitionSpec); default: replicated."""
+  def aux_logical_axes(self, aux: dict | None = None) -> dict:
+    """Logical partition specs for the leaves of `aux` (default: `aux_inputs` of the train split), a tree of
+    PartitionSpec; None: replicated. Called on `aux_inputs(split)` and on `precompute_aux`'s result alike."""
     return None
+
+  #: Whether the steps read `precompute_aux`'s result instead of `aux_inputs(split)` itself.
+  precomputes_aux: bool = False
+
+  def precompute_aux(self, frozen_params, aux: dict) -> dict:
+    """Pure function, traced under jit once per split: (the frozen parameters as loaded or restored, a split's aux
+    inputs on the mesh) -> the aux inputs the train and eval steps read, when `precomputes_aux`.
+
+    For work that the step would otherwise redo every step from frozen parameters and aux inputs alone (JustAsk+'s
+    frozen answer encoder over every answer and graph node). Frozen parameters never change in training, so the
+    result holds for the whole run; it must be what the step computes itself, to the last bit the compiler allows.
+    The trainer (and launch/evaluate.py, the AOT check) call it through `evqa_jax.train.steps.StepAux`."""
+    del frozen_params
+    return aux
 
   @abc.abstractmethod
   def loss(self, params, batch: dict, aux: dict, rng, train: bool = True):

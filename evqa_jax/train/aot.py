@@ -6,7 +6,7 @@ weights, and report its memory use and FLOPs.
 
 Inputs are jax.ShapeDtypeStructs carrying the shardings the trainer would use: the train state comes from
 `jax.eval_shape(task.init_params)` (no parameter is created), the batch shapes from the task's preprocessing of one
-record (`config.batch_size` rows), the aux inputs (answer vocabulary, graphs) from the task. The compiled function is
+record (`config.batch_size` rows), the aux inputs (answer vocabulary, graphs) from the task (what the steps read: `steps.StepAux`). The compiled function is
 the trainer's own train step (`steps.StepFns`), so what compiles here is what a run executes. The chips' data
 sheets and the roofline drawn from these figures are benchmark bookkeeping: benchmarks/chips.py.
 """
@@ -115,11 +115,10 @@ def setup(config, mesh_shape=None, devices=None, topology: str | None = None) ->
   task = tasks_lib.build_task(config)
   tx, _ = partition.make_optimizer(config.optim, total_steps=1000)
   state = steps_lib.abstract_train_state(task, config, mesh, tx)
-  aux_np = task.aux_inputs(config.data.train_split)
-  aux_shardings = steps_lib.aux_shardings_for(task, mesh, rules, aux_np)
-  aux = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(np.shape(x), np.asarray(x).dtype, sharding=s),
-                     aux_np, aux_shardings)
-  return Setup(devices, mesh, rules, task, tx, state, aux, aux_shardings)
+  # What the steps read: with task.precomputes_aux (JustAsk+'s frozen answer encoder), the precomputed inputs.
+  step_aux = steps_lib.StepAux(task, mesh, rules, state, jax.tree.map(lambda x: x.sharding, state),
+                               task.aux_inputs(config.data.train_split))
+  return Setup(devices, mesh, rules, task, tx, state, step_aux.abstract, step_aux.shardings)
 
 
 def describe(config, task, mesh, devices, state) -> dict:

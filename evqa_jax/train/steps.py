@@ -185,12 +185,49 @@ def put_params(state, trainable, frozen, shardings):
 
 
 def aux_shardings_for(task, mesh, rules, aux):
-  """Shardings of the task's aux inputs: its logical specs, or replicated."""
-  aux_specs = task.aux_logical_axes()
+  """Shardings of a tree of the task's aux inputs (numpy arrays or ShapeDtypeStructs): its logical specs, or
+  replicated."""
+  aux_specs = task.aux_logical_axes(aux)
   if aux_specs is None:
     return jax.tree.map(lambda _: sharding.replicated(mesh), aux)
   return jax.tree.map(lambda s: sharding.logical_sharding(s, mesh, rules), aux_specs,
                       is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
+
+
+class StepAux:
+  """The aux inputs the steps read, on the mesh: a split's `task.aux_inputs(split)` (host numpy), and with
+  `task.precomputes_aux` what `task.precompute_aux` makes of it with the frozen parameters (jitted once, under the
+  mesh and rules, its result sharded by the task's logical specs like any aux input).
+
+  Built from the train split's aux inputs and the state's shapes (the state may still be the initial or abstract
+  one); called with the state as loaded or restored, so a resumed run precomputes from its restored frozen
+  parameters. Every split's aux inputs have the same shapes (one compiled step serves all), so one program serves
+  all splits. `shardings` are the steps' aux in_shardings; `abstract` their ShapeDtypeStructs (AOT compiles).
+  """
+
+  def __init__(self, task, mesh, rules, state, state_shardings, train_aux):
+    self.task, self.mesh, self.rules = task, mesh, rules
+    self.input_shardings = aux_shardings_for(task, mesh, rules, train_aux)
+    self.precomputes = bool(task.precomputes_aux)
+    if not self.precomputes:
+      self.shardings = self.input_shardings
+      shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), np.asarray(x).dtype), train_aux)
+    else:
+      with mesh_context(mesh, rules):
+        shapes = jax.eval_shape(task.precompute_aux, state["frozen"], train_aux)
+      self.shardings = aux_shardings_for(task, mesh, rules, shapes)
+      self._precompute = jax.jit(task.precompute_aux, in_shardings=(state_shardings["frozen"], self.input_shardings),
+                                 out_shardings=self.shardings)
+    self.abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), shapes,
+                                 self.shardings)
+
+  def __call__(self, state, aux):
+    """A split's host aux inputs -> the global arrays the steps read (precomputed from `state["frozen"]`)."""
+    aux = sharding.host_to_global(aux, self.input_shardings)
+    if not self.precomputes:
+      return aux
+    with mesh_context(self.mesh, self.rules):
+      return self._precompute(state["frozen"], aux)
 
 
 def abstract_train_state(task, config, mesh, tx):

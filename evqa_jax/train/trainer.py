@@ -109,8 +109,8 @@ def _train_and_evaluate(config, workdir: str, lease: safeguards.WorkdirLease) ->
   tx, schedule = partition.make_optimizer(config.optim, total_steps)
   state, state_shardings = steps_lib.create_state(task, config, mesh, tx)
   train_aux = task.aux_inputs(config.data.train_split)
-  aux_shardings = steps_lib.aux_shardings_for(task, mesh, rules, train_aux)
-  steps = steps_lib.StepFns(task, tx, mesh, rules, state_shardings, batch_shard, aux_shardings)
+  step_aux = steps_lib.StepAux(task, mesh, rules, state, state_shardings, train_aux)
+  steps = steps_lib.StepFns(task, tx, mesh, rules, state_shardings, batch_shard, step_aux.shardings)
 
   loader = pipeline.make_train_loader(
       train_source, global_batch_size=config.batch_size,
@@ -143,7 +143,9 @@ def _train_and_evaluate(config, workdir: str, lease: safeguards.WorkdirLease) ->
           f"{dict(mesh.shape)} ({jax.process_count()} process(es))", flush=True)
 
   def put_aux(aux):
-    return sharding.host_to_global(aux, aux_shardings)
+    # From the state as loaded or restored: what the task precomputes reads frozen parameters only, which training
+    # never changes.
+    return step_aux(state, aux)
 
   train_aux_dev = put_aux(train_aux)
   eval_aux_dev = {}
@@ -288,12 +290,12 @@ def evaluate_checkpoint(config, workdir: str, checkpoint: str | None, splits=Non
     state = steps_lib.put_params(state, arrays["trainable"], arrays["frozen"], state_shardings)
     tag = f"step{step}"
   train_aux = task.aux_inputs(config.data.train_split)
-  aux_shardings = steps_lib.aux_shardings_for(task, mesh, rules, train_aux)
-  steps = steps_lib.StepFns(task, tx, mesh, rules, state_shardings, batch_shard, aux_shardings)
+  step_aux = steps_lib.StepAux(task, mesh, rules, state, state_shardings, train_aux)
+  steps = steps_lib.StepFns(task, tx, mesh, rules, state_shardings, batch_shard, step_aux.shardings)
   results = {}
   with steps.context():
     for split in splits:
-      aux = sharding.host_to_global(task.aux_inputs(split), aux_shardings)
+      aux = step_aux(state, task.aux_inputs(split))
       out_dir = os.path.join(workdir, "eval", f"{split}_{tag}")
       results[split] = evaluation.evaluate_split(task, steps, state, aux, split, config, batch_shard, out_dir)
       if jax.process_index() == 0:

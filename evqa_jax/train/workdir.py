@@ -21,12 +21,13 @@ CODE_PATHS = ("evqa_jax", "configs", "data_prep", "launch")
 
 # The experiment identity is the whole config except these entries, which do not change what a run computes: how
 # often it logs and checkpoints, how checkpoints are written and kept, how many input workers and which mesh it runs
-# on (checkpoints are read back onto any mesh), and what evaluation reports (extra splits, batch size, model selection,
-# how often it evaluates). Everything else -- model, data, optimiser, schedule length, verbalizer, seed -- is identity.
+# on (checkpoints are read back onto any mesh), what evaluation reports (extra splits, batch size, model selection,
+# how often it evaluates), and whether JustAsk+'s frozen answer encoder is run once per split or in every step (the
+# same numbers). Everything else -- model, data, optimiser, schedule length, verbalizer, seed -- is identity.
 NOT_IDENTITY = ("log_every_steps", "checkpoint", "checkpoint_every_steps", "checkpoint_every_epochs",
                 "checkpoint_every_examples", "eval_every_steps", "eval_every_epochs", "eval_every_examples",
                 "eval_batch_size", "data.eval_splits", "data.worker_count", "select", "mesh_shape", "mesh_axes",
-                "logical_axis_rules", "trust_pickles")
+                "logical_axis_rules", "trust_pickles", "model.cache_answer_encoder")
 
 
 def config_identity(config) -> dict:

@@ -248,10 +248,11 @@ class Input:
     self._aux_cache[key] = aux
     return aux
 
-  def aux_logical_axes(self):
+  def aux_logical_axes(self, aux=None):
+    """Per-node arrays (`node_*`: tokens, features, cached encodings) split over `nodes`; the rest replicated."""
     from jax.sharding import PartitionSpec as P
-    aux = self.aux_inputs(self.config.data.train_split)
+    aux = self.aux_inputs(self.config.data.train_split) if aux is None else aux
     specs = {}
     for k, v in aux.items():
-      specs[k] = P(*(["nodes"] + [None] * (v.ndim - 1))) if k.startswith("node_") else P()
+      specs[k] = P(*(["nodes"] + [None] * (len(v.shape) - 1))) if k.startswith("node_") else P()
     return specs

@@ -92,6 +92,9 @@ class Model(nn.Module):
     mlm_prob: the authors' --mlm_prob: probability of masking a question token for the auxiliary MLM loss (0: off).
     freeze_answer_encoder: the answer encoder (`amodel`) under stop-gradient and out of the trained parameters
       (JustAsk+'s second stage, which trains the GNN verbalizer over a fixed answer encoder).
+    cache_answer_encoder: with freeze_answer_encoder, the frozen encoder's outputs over the answers (or, with the
+      verbalizer, the graph nodes) are computed once per split (`encode_vocab`, the task's `precompute_aux`) and the
+      steps read them instead of running the encoder (same numbers); False: the step runs it every time.
     dtype: compute dtype name; remat: per-layer jax.checkpoint policy of the three transformers.
     text_config: the DistilBERT (or BERT) architecture of both text towers (`distilbert.config_from_dict`).
     feature_dim: frame feature size F; num_frames: T; question_len: Q (config.data.max_tokens).
@@ -106,6 +109,7 @@ class Model(nn.Module):
   dropout: float = 0.1
   mlm_prob: float = 0.0
   freeze_answer_encoder: bool = False
+  cache_answer_encoder: bool = True
   dtype: str = "float32"
   remat: str = "none"
   text_config: Any = None
@@ -194,19 +198,48 @@ class Model(nn.Module):
 
   def answer_embeddings(self, vocab, deterministic: bool = True):
     """-> `[A, d_model]` embeddings of the (padded) active answer vocabulary, verbalized when configured."""
-    answers = self._answers(vocab["answer_tokens"], vocab["answer_token_mask"], deterministic)
     if self.verbalizer is None:
-      return answers
+      return self._encoded(vocab, "answer", deterministic)
     if "node_features" in vocab:
       raise ValueError("the answer graphs carry their own node features (config.graph.source = 'authors': the OVQA "
                        "authors' graphs, made with FrozenBiLM's DeBERTa); JustAsk+ embeds the node words with its "
                        "own answer encoder: build GloVe graphs (python data_prep/answer_graphs.py --data DIR)")
     # The graph's first A nodes are the answers themselves (same tokens): Eq. 7's V is theirs.
-    nodes = self._answers(vocab["node_tokens"], vocab["node_token_mask"], deterministic)
+    nodes = self._encoded(vocab, "node", deterministic)
     graph = jraph.GraphsTuple(nodes=nodes, edges=None, globals=None, senders=vocab["senders"],
                               receivers=vocab["receivers"], n_node=vocab["n_node"], n_edge=vocab["n_edge"])
     return self.verbalizer_module(graph, vocab["answer_mask"].shape[0], vocab["is_base"],
                                   **(self.verbalizer_call or {}))
+
+  @property
+  def encoded_vocab_key(self) -> str:
+    """The tokens the step encodes: the graph nodes' with the verbalizer, else the answers'."""
+    return "node" if self.verbalizer is not None else "answer"
+
+  def encode_vocab(self, vocab):
+    """The frozen answer encoder's outputs, once: `vocab` with `{kind}_tokens` / `{kind}_token_mask` (kind:
+    `encoded_vocab_key`) replaced by `{kind}_encodings` `[N, d_model]`, which `answer_embeddings` then reads as they
+    are; the answer tokens, unread from then on, are dropped too. Only for a frozen encoder: its outputs are then a
+    function of its loaded weights and the vocabulary alone (no dropout, no gradient)."""
+    if not self.freeze_answer_encoder:
+      raise ValueError("encode_vocab: the answer encoder trains (config.model.freeze_answer_encoder = False), so its "
+                       "outputs change every step and cannot be computed once")
+    kind = self.encoded_vocab_key
+    vocab = dict(vocab)
+    tokens, mask = vocab.pop(f"{kind}_tokens"), vocab.pop(f"{kind}_token_mask")
+    vocab.pop("answer_tokens", None)
+    vocab.pop("answer_token_mask", None)
+    vocab[f"{kind}_encodings"] = self._answers(tokens, mask, deterministic=True)
+    return vocab
+
+  def _encoded(self, vocab, kind: str, deterministic: bool):
+    """The answer encoder over vocab's `{kind}_tokens` `[N, S]`, or its outputs computed once (`encode_vocab`)."""
+    if f"{kind}_encodings" in vocab:
+      if not self.freeze_answer_encoder:
+        raise ValueError(f"the aux inputs carry {kind}_encodings (precomputed answer-encoder outputs) but the answer "
+                         "encoder trains (config.model.freeze_answer_encoder = False)")
+      return vocab[f"{kind}_encodings"]
+    return self._answers(vocab[f"{kind}_tokens"], vocab[f"{kind}_token_mask"], deterministic)
 
   def _answers(self, ids, mask, deterministic: bool):
     out = self.amodel(ids, mask, deterministic or self.freeze_answer_encoder)  # a frozen encoder: no dropout

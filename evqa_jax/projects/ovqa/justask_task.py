@@ -157,6 +157,19 @@ class Task(task_lib.Task):
       patterns = tuple(f"^(?!amodel/).*(?:{p})" for p in patterns)
     return patterns
 
+  @property
+  def precomputes_aux(self) -> bool:
+    """A frozen answer encoder (model.freeze_answer_encoder) with model.cache_answer_encoder: its outputs over the
+    answers / graph nodes are computed once per split instead of in every step."""
+    return self.model.freeze_answer_encoder and self.model.cache_answer_encoder
+
+  def precompute_aux(self, frozen_params, aux):
+    """`aux` with the frozen answer encoder's outputs in place of its tokens (justask.Model.encode_vocab), computed
+    from `frozen_params` alone (which hold `amodel/` when it is frozen: trainable_patterns)."""
+    if not self.precomputes_aux:
+      return aux
+    return self.model.apply({"params": frozen_params}, aux, method=self.model.encode_vocab)
+
   def loss(self, params, batch, aux, rng, train: bool = True):
     """The VideoQA cross-entropy (task.py) plus, in training with mlm_prob > 0, the authors' masked-LM loss on the
     question (mask_tokens with their 80/10/10 rule; special and padding tokens never masked)."""
@@ -177,5 +190,8 @@ class Task(task_lib.Task):
     vc, k, mc = self.config.verbalizer, len(self.input.answers_train), self.config.model
     kind = (f"JustAsk (CVQA, top-{k} answers)" if mc.head == "cvqa" else
             f"JustAsk+ with verbalizer {vc.variant} eps={vc.eps}" if self.input.use_graph else "JustAsk+")
+    frozen = (f"; answer encoder frozen, its {'graph-node' if self.input.use_graph else 'answer'} outputs computed "
+              "once per split" if self.precomputes_aux else "; answer encoder frozen" if mc.freeze_answer_encoder
+              else "")
     return (f"OVQA {kind} (multi-modal transformer {mc.n_layers}x{mc.d_model}, text towers "
-            f"{self.model.text_config.num_hidden_layers}x{self.model.text_config.hidden_size})")
+            f"{self.model.text_config.num_hidden_layers}x{self.model.text_config.hidden_size}{frozen})")

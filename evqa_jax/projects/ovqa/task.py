@@ -88,8 +88,8 @@ class Task(base.Task):
   def aux_inputs(self, split: str) -> dict:
     return self.input.aux_inputs(split)
 
-  def aux_logical_axes(self):
-    return self.input.aux_logical_axes()
+  def aux_logical_axes(self, aux=None):
+    return self.input.aux_logical_axes(aux)
 
   # -- model ----------------------------------------------------------------------------------------------------
   def _dummy_batch(self):
