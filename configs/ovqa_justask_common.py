@@ -102,4 +102,5 @@ def heads_sweep(columns) -> dict:
       {"name": "justask_plus_gnn", "overrides": {"model.head": "open", "verbalizer.variant": "E",
                                                  "model.freeze_answer_encoder": True}, "x": None},
   ]
-  return {"points": points, "columns": columns, "split": "test", "x_label": None}
+  return {"points": points, "columns": columns, "split": "test", "x_label": None, "per_seed": "M",
+          "order": [p["name"] for p in points]}
