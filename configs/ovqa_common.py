@@ -178,10 +178,10 @@ def ovqa_sweep(name: str, arg) -> dict:
   if name == "eps":
     points = [{"name": f"eps_{e:.1f}", "overrides": {"verbalizer.variant": "E", "verbalizer.eps": e}, "x": e}
               for e in (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0)]
-    return {"points": points, "columns": OVQA_COLUMNS, "split": "test", "x_label": "eps"}
+    return {"points": points, "columns": OVQA_COLUMNS, "split": "test", "x_label": "eps", "per_seed": "M"}
   if name == "variants":
     points = [{"name": f"variant_{v}", "overrides": {"verbalizer.variant": v}, "x": None} for v in "ABCDE"]
-    return {"points": points, "columns": OVQA_COLUMNS, "split": "test", "x_label": None}
+    return {"points": points, "columns": OVQA_COLUMNS, "split": "test", "x_label": None, "per_seed": "M"}
   if name == "heads":
     points = [
         {"name": "cvqa", "overrides": {"model.head": "cvqa", "verbalizer.variant": "A"}, "x": None},
