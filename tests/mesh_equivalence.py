@@ -118,15 +118,15 @@ def assert_same_losses(runs: dict, reference_shape=ONE_DEVICE, steps=STEPS) -> N
       np.testing.assert_array_equal(flat_after[k], v, err_msg=f"mesh {shape}: frozen {'/'.join(k)}")
 
 
-def assert_meshes_give_the_same_losses(config, workdir: str) -> dict:
-  """1 device, then 8x1 and 2x4 (StepFns) and 4x2 (`train_and_evaluate` in `workdir`, STEPS steps, evaluated):
+def assert_meshes_give_the_same_losses(config, workdir: str, meshes=((8, 1), (2, 4))) -> dict:
+  """1 device, then `meshes` (StepFns) and 4x2 (`train_and_evaluate` in `workdir`, STEPS steps, evaluated):
   the same losses; frozen parameters never move. -> the 4 x 2 run's result (its last metrics).
   All start from the trainer's initial state on the 4 x 2 mesh: one init compile, which the 4 x 2 run reuses."""
   assert jax.device_count() == 8
   run = config.copy_and_resolve_references()
   run.mesh_shape = (4, 2)
   initial = initial_state(config, run.mesh_shape)
-  runs = {shape: train(config, shape, initial=initial) for shape in (ONE_DEVICE, (8, 1), (2, 4))}
+  runs = {shape: train(config, shape, initial=initial) for shape in (ONE_DEVICE, *meshes)}
   one = runs[ONE_DEVICE]
   result = train_and_evaluate(run, workdir)
   with open(os.path.join(workdir, "train_history.jsonl")) as f:

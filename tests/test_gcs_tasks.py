@@ -79,10 +79,9 @@ def _run_on_gcs_equals_local(gcs_env, tmp_path, config_arg, name, step, predicti
   env = _env(gcs_env, tmp_path / "cache")
   local, remote = str(tmp_path / "local"), f"gs://{BUCKET}/{name}/run"
   on_gcs = [f"--config={config_arg}", f"--config.data.dir={remote_records}", f"--workdir={remote}"]
-  runs = [_popen(["launch/train.py", f"--config={config_arg}", f"--workdir={local}"], env),
-          _popen(["launch/train.py", *on_gcs], env)]
-  _wait(runs[0], "the local run")
-  _wait(runs[1], "the run on gs://")
+  # One after the other: the run on gs:// then finds the local run's steps in the suite's compilation cache.
+  _wait(_popen(["launch/train.py", f"--config={config_arg}", f"--workdir={local}"], env), "the local run")
+  _wait(_popen(["launch/train.py", *on_gcs], env), "the run on gs://")
   assert not os.path.exists(os.path.join(REPO, "gs:")), "a gs:// path was used as a local folder"
 
   final = json.loads(io.epath_of(f"{remote}/final_metrics.json").read_text())
