@@ -230,12 +230,13 @@ def test_lock_heartbeat_survives_a_failed_renewal(gcs, monkeypatch, capsys):
       return getattr(self.p, name)
 
   def beat_time():
-    # The emulator is not atomic the way GCS is: a read that meets the heartbeat's write may see part of the object.
+    # The emulator is not atomic the way GCS is: a read that meets the heartbeat's write may see part of the object
+    # (_read_lock's {}).
     for _ in range(50):
-      try:
-        return json.loads(real(path).read_text())["time"]
-      except ValueError:
-        time.sleep(0.02)
+      holder = safeguards._read_lock(path)  # pylint: disable=protected-access
+      if holder:
+        return holder["time"]
+      time.sleep(0.02)
     raise AssertionError(f"{path} stayed unreadable for 1 s")
 
   with safeguards.remote_lock(path, lease=30.0, heartbeat=0.2) as held:
