@@ -92,15 +92,17 @@ def apply(c: ml_collections.ConfigDict, variants: set) -> None:
 
 
 def heads_sweep(columns) -> dict:
-  """The demo's JustAsk rows: the closed-vocabulary JustAsk, JustAsk+ and JustAsk+ with the GNN verbalizer (its
-  answer encoder frozen, as the paper's second stage; here at MiniLM's weights, there being no first-stage run)."""
+  """The demo's JustAsk rows: the closed-vocabulary JustAsk, JustAsk+ and JustAsk+ with the GNN verbalizer in the
+  paper's two stages: its answer encoder frozen at the one the same seed's JustAsk+ point trained (that point is the
+  first stage; `pretrained.init_from` is its run, so every parameter but the verbalizer starts from it)."""
   points = [
       {"name": "justask_cvqa", "overrides": {"model.head": "cvqa", "verbalizer.variant": "A",
                                              "model.freeze_answer_encoder": False}, "x": None},
       {"name": "justask_plus", "overrides": {"model.head": "open", "verbalizer.variant": "A",
                                              "model.freeze_answer_encoder": False}, "x": None},
       {"name": "justask_plus_gnn", "overrides": {"model.head": "open", "verbalizer.variant": "E",
-                                                 "model.freeze_answer_encoder": True}, "x": None},
+                                                 "model.freeze_answer_encoder": True},
+       "from_points": {"pretrained.init_from": "justask_plus"}, "x": None},
   ]
   return {"points": points, "columns": columns, "split": "test", "x_label": None, "per_seed": "M",
           "order": [p["name"] for p in points]}

@@ -274,3 +274,79 @@ def test_per_seed_table_and_order_count():
   assert lines[-1] == "M: a < b < c at 2 of 3 seeds (not at 43)"
   assert sweep_lib.per_seed_lines({"per_seed": "M", "order": ["a", "c"]}, rows)[-1] == "M: a < c at 3 of 3 seeds"
   assert sweep_lib.per_seed_lines({"columns": []}, rows) == []
+
+
+STAGED = textwrap.dedent('''
+    import ml_collections
+
+    def get_config(arg=None):
+      return ml_collections.ConfigDict(dict(seed=0, verbalizer=dict(variant="A", eps=0.7),
+                                            pretrained=dict(init_from="")))
+
+    def get_sweep(name, arg=None):
+      stage1 = {"name": "stage1", "overrides": {"verbalizer.eps": 1.0}, "x": None}
+      stage2 = {"name": "stage2", "overrides": {"verbalizer.eps": 0.7, "verbalizer.variant": "E"},
+                "from_points": {"pretrained.init_from": "stage1"}, "x": None}
+      points = [stage1, stage2] if name == "staged" else [stage2, stage1]
+      return {"points": points, "columns": [("base", "B"), ("mAcc", "M")], "split": "test", "x_label": None}
+''')
+
+
+def test_from_points_start_a_point_from_the_same_seeds_earlier_run(tmp_path, monkeypatch, capsys):
+  """A second-stage point (JustAsk+ w/ GNN from JustAsk+) gets the first stage's run directory of its own seed."""
+  path = tmp_path / "staged.py"
+  path.write_text(STAGED)
+  module = sweep_lib.load_config_module(str(path))
+  calls = []
+
+  def fake_run(cmd, env=None):
+    args = dict(a[2:].split("=", 1) for a in cmd if a.startswith("--") and "=" in a)
+    workdir = args["workdir"]
+    calls.append((os.path.basename(workdir), args.get("config.pretrained.init_from")))
+    if args.get("config.pretrained.init_from"):  # stage 2 reads stage 1's run: it must be there, finished
+      assert os.path.exists(os.path.join(args["config.pretrained.init_from"], "final_metrics.json"))
+    overrides = {k[len("config."):]: v for k, v in args.items() if k.startswith("config.")}
+    overrides["seed"] = int(overrides["seed"])
+    overrides["verbalizer.eps"] = float(overrides["verbalizer.eps"])
+    _write_run(workdir, sweep_lib.point_config(module, None, {"name": "", "overrides": overrides}),
+               overrides["verbalizer.eps"])
+    return subprocess.CompletedProcess(cmd, 0)
+
+  monkeypatch.setattr(sweep_lib, "_run_point", fake_run)
+  workdir = str(tmp_path / "runs")
+  with pytest.raises(ValueError, match=r"stage2_seed7 starts from point stage1_seed7's run \(pretrained.init_from\), which "
+                                       r"has not finished"):
+    sweep_lib.run_sweep(str(path), "staged", workdir, only=["stage2"], seeds=[7])
+  assert calls == []
+  sweep_lib.run_sweep(str(path), "staged", workdir, only=["stage1"], seeds=[7, 8])
+  table = sweep_lib.run_sweep(str(path), "staged", workdir, seeds=[7, 8])  # stage 1 done: skipped
+  root = os.path.abspath(workdir)
+  assert calls == [("stage1_seed7", None), ("stage1_seed8", None),
+                   ("stage2_seed7", os.path.join(root, "stage1_seed7")),
+                   ("stage2_seed8", os.path.join(root, "stage1_seed8"))]
+  assert [(r["name"], r["n"], r["B"]) for r in table["rows"]] == [("stage1", 2, 91.0), ("stage2", 2, 90.7)]
+  # Rerun: every point is finished and its recorded config (stage 1's path included) is the one it would train.
+  sweep_lib.run_sweep(str(path), "staged", workdir, seeds=[7, 8])
+  assert len(calls) == 4
+  capsys.readouterr()
+  sweep_lib.run_sweep(str(path), "staged", "gs://bucket/runs", mode="print")
+  lines = capsys.readouterr().out.splitlines()
+  assert "--workdir=gs://bucket/runs/stage1" in lines[0] and "init_from" not in lines[0]
+  assert "--config.pretrained.init_from=gs://bucket/runs/stage1" in lines[1]
+  with pytest.raises(ValueError, match=r"stage2: from_points pretrained.init_from = 'stage1' names a later point"):
+    sweep_lib.run_sweep(str(path), "reversed", workdir)
+
+
+def test_justask_gnn_point_is_the_second_stage_of_the_same_seeds_justask_plus(capsys):
+  """heads_justask's + GNN point starts from the same seed's JustAsk+ run (the paper's two stages), in order."""
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  sweep_lib.run_sweep(os.path.join(root, "configs", "ovqa_msrvtt.py") + ":demo,justask", "heads_justask",
+                      "gs://b/hj", mode="print", seeds=[42, 43])
+  lines = capsys.readouterr().out.strip().splitlines()
+  names = [l.split("--workdir=gs://b/hj/")[1].split()[0] for l in lines]
+  assert names == ["justask_cvqa_seed42", "justask_cvqa_seed43", "justask_plus_seed42", "justask_plus_seed43",
+                   "justask_plus_gnn_seed42", "justask_plus_gnn_seed43"]
+  for line, seed in zip(lines[4:], (42, 43)):
+    assert f"--config.pretrained.init_from=gs://b/hj/justask_plus_seed{seed}" in line
+    assert "--config.model.freeze_answer_encoder=true" in line and "--config.verbalizer.variant=E" in line
+  assert not any("init_from" in l for l in lines[:4])

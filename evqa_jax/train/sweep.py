@@ -5,6 +5,9 @@ A config module that supports sweeps defines `get_sweep(name, arg)` -> dict with
   columns: [(metric key, column title), ...]  e.g. [("base", "B"), ("common", "C"), ...]
   split:   the eval split whose metrics fill the table
   x_label: label of the x axis for the plot (points with a numeric x are plotted), or None
+A point may also name `from_points`: {"dotted.key": "other point"}, that key set to the other point's run directory
+(the same seed's, with --seeds), e.g. a second training stage whose `pretrained.init_from` is the first stage's run.
+The other point must come earlier in `points`, and must have finished (in this sweep's workdir) before it runs.
 Each point is one ordinary `launch/train.py` run in `<workdir>/<name>`; a point whose `final_metrics.json` exists is
 not rerun (resumable), and an interrupted point resumes from its own checkpoints.
 
@@ -145,11 +148,24 @@ def point_env(workdir: str) -> dict | None:
   return dict(os.environ, JAX_COMPILATION_CACHE_DIR=os.path.join(os.path.abspath(workdir), ".xla_cache"))
 
 
+def check_from_points(points) -> None:
+  """Every `from_points` entry names a point defined earlier in the sweep (it runs first)."""
+  seen = set()
+  for p in points:
+    for key, other in (p.get("from_points") or {}).items():
+      if other not in seen:
+        where = "a later point" if any(q["name"] == other for q in points) else "no point of this sweep"
+        raise ValueError(f"sweep point {p['name']}: from_points {key} = {other!r} names {where}; it must name a "
+                         "point defined before it")
+    seen.add(p["name"])
+
+
 def select_points(sweep: dict, only=(), seeds=()) -> dict:
   """The sweep restricted to the points named in `only` (all if empty), each repeated once per seed in `seeds` as
   `<name>_seed<s>` with `seed` overridden (as is if empty). Every point keeps its `group` (the original name), which
-  the table averages over."""
+  the table averages over; `from_points` then name the same seed's runs."""
   points = sweep["points"]
+  check_from_points(points)
   if only:
     names = [p["name"] for p in points]
     unknown = [n for n in only if n not in names]
@@ -159,11 +175,28 @@ def select_points(sweep: dict, only=(), seeds=()) -> dict:
   out = []
   for p in points:
     if seeds:
-      out += [dict(p, name=f"{p['name']}_seed{s}", overrides={**p["overrides"], "seed": int(s)}, group=p["name"])
+      out += [dict(p, name=f"{p['name']}_seed{s}", overrides={**p["overrides"], "seed": int(s)}, group=p["name"],
+                   from_points={k: f"{v}_seed{s}" for k, v in (p.get("from_points") or {}).items()})
               for s in seeds]
     else:
       out.append(dict(p, group=p["name"]))
   return dict(sweep, points=out)
+
+
+def resolve_from_points(point: dict, workdir: str, check: bool = True) -> dict:
+  """`point` with its `from_points` keys set, in its overrides, to those points' run directories under `workdir`.
+  check=True: each of those runs must have finished (else ValueError naming it)."""
+  needs = point.get("from_points") or {}
+  if not needs:
+    return point
+  overrides = dict(point["overrides"])
+  for key, other in needs.items():
+    other_dir = os.path.join(workdir, other)
+    if check and not _finished(other_dir):
+      raise ValueError(f"sweep point {point['name']} starts from point {other}'s run ({key}), which has not finished "
+                       f"in {other_dir}: run that point first (it is not among --only's points, or it failed)")
+    overrides[key] = other_dir
+  return dict(point, overrides=overrides)
 
 
 def run_sweep(config_path: str, sweep_name: str, workdir: str, mode: str = "local", extra_args=(),
@@ -179,8 +212,9 @@ def run_sweep(config_path: str, sweep_name: str, workdir: str, mode: str = "loca
   if reuse_dirs and extra_args:
     raise ValueError(f"--reuse cannot be combined with extra train.py arguments {list(extra_args)}: the reused "
                      f"runs' configs are compared with the sweep points' configs, which those arguments would change")
-  if mode == "print":
+  if mode == "print":  # in order: a point's from_points come before it
     for point in sweep["points"]:
+      point = resolve_from_points(point, workdir, check=False)
       cmd = point_command(config_path, os.path.join(workdir, point["name"]), point, extra_args, portable=True)
       print(" ".join(shlex.quote(c) for c in cmd))
     return {}
@@ -189,6 +223,7 @@ def run_sweep(config_path: str, sweep_name: str, workdir: str, mode: str = "loca
   progress = SweepProgress(len(points))
   for k, point in enumerate(points, 1):
     point_dir = os.path.join(workdir, point["name"])
+    point = resolve_from_points(point, os.path.abspath(workdir) if not io_lib.is_uri(workdir) else workdir)
     cmd = point_command(config_path, point_dir, point, extra_args)
     progress.start(k, point["name"])
     if _finished(point_dir):
