@@ -333,6 +333,15 @@ def test_from_points_start_a_point_from_the_same_seeds_earlier_run(tmp_path, mon
   lines = capsys.readouterr().out.splitlines()
   assert "--workdir=gs://bucket/runs/stage1" in lines[0] and "init_from" not in lines[0]
   assert "--config.pretrained.init_from=gs://bucket/runs/stage1" in lines[1]
+  # A checkpoint given to every point (real data: the pretrained model) starts stage 1; stage 2 still starts from
+  # stage 1's run, whichever form the argument takes.
+  for extra in (["--config.pretrained.init_from=/m/ckpt.pth"], ["--config.pretrained.init_from", "/m/ckpt.pth"]):
+    lines = [sweep_lib.point_command(str(path), f"/r/{p['name']}", sweep_lib.resolve_from_points(p, "/r", check=False),
+                                     extra + ["--config.total_steps=5"])
+             for p in sweep_lib.select_points(module.get_sweep("staged"), seeds=[7])["points"]]
+    assert lines[0][-len(extra) - 1:] == extra + ["--config.total_steps=5"]
+    assert "/m/ckpt.pth" not in " ".join(lines[1])
+    assert lines[1][-2:] == ["--config.pretrained.init_from=/r/stage1_seed7", "--config.total_steps=5"]
   with pytest.raises(ValueError, match=r"stage2: from_points pretrained.init_from = 'stage1' names a later point"):
     sweep_lib.run_sweep(str(path), "reversed", workdir)
 
@@ -350,3 +359,19 @@ def test_justask_gnn_point_is_the_second_stage_of_the_same_seeds_justask_plus(ca
     assert f"--config.pretrained.init_from=gs://b/hj/justask_plus_seed{seed}" in line
     assert "--config.model.freeze_answer_encoder=true" in line and "--config.verbalizer.variant=E" in line
   assert not any("init_from" in l for l in lines[:4])
+
+
+def test_justask_stages_share_heads_justask_runs_and_add_a_second_stage_without_the_gnn(capsys):
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  config = os.path.join(root, "configs", "ovqa_msrvtt.py") + ":demo,justask"
+  module = sweep_lib.load_config_module(config)
+  heads = {p["name"]: p for p in module.get_sweep("heads_justask", "demo,justask")["points"]}
+  stages = {p["name"]: p for p in module.get_sweep("justask_stages", "demo,justask")["points"]}
+  assert list(stages) == ["justask_plus", "justask_plus_stage2", "justask_plus_gnn"]
+  for name in ("justask_plus", "justask_plus_gnn"):  # the same runs, so one workdir serves both sweeps
+    assert stages[name] == heads[name]
+  control = sweep_lib.point_config_dict(module, "demo,justask", stages["justask_plus_stage2"])
+  gnn = sweep_lib.point_config_dict(module, "demo,justask", stages["justask_plus_gnn"])
+  assert (control.verbalizer.variant, control.model.freeze_answer_encoder) == ("A", True)
+  assert (gnn.verbalizer.variant, gnn.model.freeze_answer_encoder) == ("E", True)
+  assert stages["justask_plus_stage2"]["from_points"] == {"pretrained.init_from": "justask_plus"}

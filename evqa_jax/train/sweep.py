@@ -69,7 +69,24 @@ def point_command(config_path: str, workdir: str, point: dict, extra_args=(), po
     cmd = [sys.executable, os.path.join(REPO, "launch", "train.py"), f"--config={config_path}"]
   cmd.append(f"--workdir={workdir}")
   cmd += [f"--config.{k}={_format_value(v)}" for k, v in point["overrides"].items()]
-  return cmd + list(extra_args)
+  return cmd + _without_keys(list(extra_args), set(point.get("from_points") or ()))
+
+
+def _without_keys(args: list, keys: set) -> list:
+  """`args` less its `--config.<key>[=value]` (or `--config.<key> value`) for `keys`: a point's from_points keys are
+  set by the sweep (e.g. the first stage's `--config.pretrained.init_from=CKPT` given to every point is not the second
+  stage's, which starts from the first stage's run)."""
+  out, i = [], 0
+  while i < len(args):
+    arg = args[i]
+    key = arg[len("--config."):].split("=", 1)[0] if arg.startswith("--config.") else None
+    if key in keys:
+      if "=" not in arg and i + 1 < len(args) and not args[i + 1].startswith("--"):
+        i += 1
+    else:
+      out.append(arg)
+    i += 1
+  return out
 
 
 def point_config(module, arg, point: dict) -> dict:
