@@ -328,6 +328,15 @@ def test_from_points_start_a_point_from_the_same_seeds_earlier_run(tmp_path, mon
   # Rerun: every point is finished and its recorded config (stage 1's path included) is the one it would train.
   sweep_lib.run_sweep(str(path), "staged", workdir, seeds=[7, 8])
   assert len(calls) == 4
+  # A finished second stage keeps its row after its first stage's run is deleted; an unfinished one is refused.
+  import shutil
+  shutil.rmtree(os.path.join(workdir, "stage1_seed8"))
+  assert [r["B"] for r in sweep_lib.run_sweep(str(path), "staged", workdir, only=["stage2"], seeds=[7, 8])["rows"]] \
+      == [90.7]
+  shutil.rmtree(os.path.join(workdir, "stage2_seed8"))
+  with pytest.raises(ValueError, match="stage2_seed8 starts from point stage1_seed8's run"):
+    sweep_lib.run_sweep(str(path), "staged", workdir, only=["stage2"], seeds=[7, 8])
+  assert len(calls) == 4
   capsys.readouterr()
   sweep_lib.run_sweep(str(path), "staged", "gs://bucket/runs", mode="print")
   lines = capsys.readouterr().out.splitlines()

@@ -240,7 +240,9 @@ def run_sweep(config_path: str, sweep_name: str, workdir: str, mode: str = "loca
   progress = SweepProgress(len(points))
   for k, point in enumerate(points, 1):
     point_dir = os.path.join(workdir, point["name"])
-    point = resolve_from_points(point, os.path.abspath(workdir) if not io_lib.is_uri(workdir) else workdir)
+    # A finished point keeps its table row even if the run it started from was deleted since.
+    point = resolve_from_points(point, os.path.abspath(workdir) if not io_lib.is_uri(workdir) else workdir,
+                                check=not _finished(point_dir))
     cmd = point_command(config_path, point_dir, point, extra_args)
     progress.start(k, point["name"])
     if _finished(point_dir):
