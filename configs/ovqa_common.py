@@ -190,8 +190,7 @@ def ovqa_sweep(name: str, arg) -> dict:
     ]
     return {"points": points, "columns": OVQA_COLUMNS, "split": "test", "x_label": None, "per_seed": "M",
             "order": [p["name"] for p in points]}
-  if name in ("heads_justask", "justask_stages"):  # the JustAsk rows beside `heads` (configs/ovqa_justask_common.py)
-    from configs import ovqa_justask_common
-    return (ovqa_justask_common.heads_sweep(OVQA_COLUMNS) if name == "heads_justask"
-            else ovqa_justask_common.stages_sweep(OVQA_COLUMNS))
+  from configs import ovqa_justask_common  # the JustAsk rows beside `heads`
+  if name in ovqa_justask_common.SWEEPS:
+    return ovqa_justask_common.SWEEPS[name](OVQA_COLUMNS)
   raise ValueError(f"unknown sweep {name!r}: expected eps, variants, heads, heads_justask or justask_stages")

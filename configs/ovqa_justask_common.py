@@ -113,12 +113,11 @@ def stages_sweep(columns) -> dict:
   stage without the verbalizer (answer encoder frozen at stage 1's, the rest trained on as in `justask_plus_gnn`) and
   `justask_plus_gnn`. Its points share their names (and so their runs, in one workdir) with `heads_justask`."""
   heads = {p["name"]: p for p in heads_sweep(columns)["points"]}
-  points = [
-      heads["justask_plus"],
-      {"name": "justask_plus_stage2", "overrides": {"model.head": "open", "verbalizer.variant": "A",
-                                                    "model.freeze_answer_encoder": True},
-       "from_points": {"pretrained.init_from": "justask_plus"}, "x": None},
-      heads["justask_plus_gnn"],
-  ]
+  gnn = heads["justask_plus_gnn"]
+  control = dict(gnn, name="justask_plus_stage2", overrides={**gnn["overrides"], "verbalizer.variant": "A"})
+  points = [heads["justask_plus"], control, gnn]
   return {"points": points, "columns": columns, "split": "test", "x_label": None, "per_seed": "M",
           "order": [p["name"] for p in points]}
+
+
+SWEEPS = {"heads_justask": heads_sweep, "justask_stages": stages_sweep}  # configs/ovqa_common.py's ovqa_sweep

@@ -241,8 +241,7 @@ def run_sweep(config_path: str, sweep_name: str, workdir: str, mode: str = "loca
   for k, point in enumerate(points, 1):
     point_dir = os.path.join(workdir, point["name"])
     # A finished point keeps its table row even if the run it started from was deleted since.
-    point = resolve_from_points(point, os.path.abspath(workdir) if not io_lib.is_uri(workdir) else workdir,
-                                check=not _finished(point_dir))
+    point = resolve_from_points(point, io_lib.absolute(workdir), check=not _finished(point_dir))
     cmd = point_command(config_path, point_dir, point, extra_args)
     progress.start(k, point["name"])
     if _finished(point_dir):
