@@ -294,6 +294,80 @@ def test_lock_taken_over_is_recorded_and_left_to_its_new_holder(gcs, tmp_path):
   safeguards.WorkdirLease(str(tmp_path)).check(last_step=None)  # a local (fcntl) lock cannot be lost
 
 
+def test_torn_or_foreign_lock_reads(gcs, monkeypatch, capsys):
+  """A read of the lock object that meets a rewrite can see part of it on a store less atomic than Cloud Storage (the
+  emulator does): it is read again, so that it neither stops the holder's run nor makes a contender name "host None"
+  or take the lock over. Content that stays unreadable (foreign, damaged) is stale once it stayed so for the lease."""
+  from evqa_jax import io  # pylint: disable=g-import-not-at-top
+  from evqa_jax.train import safeguards  # pylint: disable=g-import-not-at-top
+  path = f"gs://{BUCKET}/torn/.workdir.lock"
+  real, torn = safeguards._read_lock, []  # pylint: disable=protected-access
+
+  def read(p):
+    if torn and torn[0] > 0:  # the next reads see a torn object
+      torn[0] -= 1
+      return {}
+    return real(p)
+
+  monkeypatch.setattr(safeguards, "_read_lock", read)
+  # The holder: torn reads in its heartbeat and in the check before a write are not a loss.
+  with safeguards.remote_lock(path, lease=30.0, heartbeat=0.2) as held:
+    first = json.loads(io.epath_of(path).read_text())["time"]
+    torn[:] = [safeguards.UNREADABLE_TRIES - 1]
+    deadline = time.time() + 20
+    while time.time() < deadline and (torn[0] or json.loads(io.epath_of(path).read_text())["time"] == first):
+      time.sleep(0.05)
+    assert held.lost is None and json.loads(io.epath_of(path).read_text())["time"] > first  # still beating
+    torn[:] = [safeguards.UNREADABLE_TRIES - 1]
+    assert held.lost_to() is None
+  assert not io.epath_of(path).exists()
+
+  # A contender facing a live holder: its second read is torn, its third sees the holder's next beat. It names the
+  # holder; the holder's object is left in place.
+  live = {"host": "other-host", "pid": 1, "token": "t", "time": time.time()}
+  io.epath_of(path).write_text(json.dumps(live))
+  reads = []
+
+  def read_second_torn(p):
+    reads.append(1)
+    if len(reads) == 2:
+      io.epath_of(path).write_text(json.dumps(dict(live, time=time.time())))  # the holder beats meanwhile
+      return {}
+    return real(p)
+
+  monkeypatch.setattr(safeguards, "_read_lock", read_second_torn)
+  with pytest.raises(io.LockedError) as e:
+    with safeguards.remote_lock(path, lease=30.0, heartbeat=0.6):
+      pass
+  assert str(e.value) == f"{path} is held by host other-host, pid 1"
+  assert json.loads(io.epath_of(path).read_text())["token"] == "t"
+  # A first read torn is not a stale holder either: the contender waits, then names the holder that beats.
+  reads.clear()
+  monkeypatch.setattr(safeguards, "_read_lock", lambda p: reads.append(1) or ({} if len(reads) == 1 else real(p)))
+  import threading  # pylint: disable=g-import-not-at-top
+  beat = threading.Timer(0.5, lambda: io.epath_of(path).write_text(json.dumps(dict(live, time=time.time()))))
+  beat.start()
+  with pytest.raises(io.LockedError, match="held by host other-host, pid 1"):
+    with safeguards.remote_lock(path, lease=30.0, heartbeat=3.0):
+      pass
+  beat.join()
+  assert json.loads(io.epath_of(path).read_text())["token"] == "t"
+
+  # Content no run of this code wrote (not JSON, JSON that is not a holder): taken over once the lease has passed.
+  monkeypatch.setattr(safeguards, "_read_lock", real)
+  for content in ("garbage", "[1, 2]", json.dumps({"host": "h", "pid": 2})):
+    io.epath_of(path).write_text(content)
+    capsys.readouterr()
+    t0 = time.monotonic()
+    with safeguards.remote_lock(path, lease=1.0, heartbeat=0.3):
+      assert time.monotonic() - t0 >= 1.0
+      assert json.loads(io.epath_of(path).read_text())["pid"] == os.getpid()
+    out = capsys.readouterr().out
+    assert f"{path} is unreadable (not a lock this code wrote): waiting up to 1 s" in out, out
+    assert f"{path}: taking over the lock that stayed unreadable for 1 s" in out, out
+    assert not io.epath_of(path).exists()
+
+
 RACE_CONFIG = textwrap.dedent("""
     import ml_collections
     from configs import ovqa_msrvtt
@@ -362,8 +436,8 @@ def test_two_runs_racing_for_one_gcs_workdir(gcs, request_log, tmp_path):
         p.wait()
   errors = [line for line in out.splitlines() if line.startswith("error:")]
   assert len(errors) == 1, out[-3000:]
-  assert f"workdir {wd} is in use by another training run" in errors[0]
-  assert f"held by host {socket.gethostname()}, pid {winner.pid}" in errors[0]
+  assert f"workdir {wd} is in use by another training run" in errors[0], errors[0]
+  assert f"held by host {socket.gethostname()}, pid {winner.pid}" in errors[0], errors[0]
   creates = [r for r in gcs_emulator.read_requests(request_log)
              if r.get("object") == "race/run/.workdir.lock" and "ifGenerationMatch=0" in r["path"]]
   assert sorted(r["status"] for r in creates) == [200, 412], creates  # both sent it; the server let one in

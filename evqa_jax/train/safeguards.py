@@ -128,12 +128,36 @@ LEASE_SECONDS = 120.0
 
 
 def _read_lock(path: str):
+  """The lock object's holder {host, pid, token, time}, None when there is no object, {} when its content is not
+  such a holder (torn by a concurrent rewrite, damaged, or another program's)."""
   try:
-    return json.loads(io_lib.epath_of(path).read_text())
+    holder = json.loads(io_lib.epath_of(path).read_text())
   except FileNotFoundError:
     return None
   except ValueError:
-    return {}  # torn or foreign content: treated as a holder that never beats
+    return {}
+  if (not isinstance(holder, dict) or not isinstance(holder.get("token"), str)
+      or not isinstance(holder.get("time"), (int, float)) or isinstance(holder.get("time"), bool)):
+    return {}
+  return holder
+
+
+# An unreadable lock is read again this many times, this far apart, before it counts (`_read_lock_settled`).
+UNREADABLE_TRIES = 5
+UNREADABLE_WAIT_SECONDS = 0.2
+
+
+def _read_lock_settled(path: str):
+  """`_read_lock`, read again while the content is unreadable. A read that meets the holder's rewrite can see part of
+  the object on a store that is not atomic the way Cloud Storage is (the emulator the tests use, some gateways):
+  one torn read must not pass for another holder (a contender naming "host None", a holder stopping its own run)."""
+  for i in range(UNREADABLE_TRIES):
+    holder = _read_lock(path)
+    if holder is None or holder:
+      return holder
+    if i + 1 < UNREADABLE_TRIES:
+      time.sleep(UNREADABLE_WAIT_SECONDS)
+  return holder
 
 
 def _create_lock(path: str, holder: dict) -> bool:
@@ -192,7 +216,7 @@ class Lease:
     """The holder that took the lock over, read afresh from the object (None while it is this process's). A failed
     read is no answer: the heartbeat's last finding stands (a storage hiccup does not stop a run)."""
     try:
-      holder = _read_lock(self.path)
+      holder = _read_lock_settled(self.path)
     except Exception as e:  # pylint: disable=broad-except
       print(f"WARNING: {self.path}: could not read the lock ({type(e).__name__}: {e}); going on with what the "
             "heartbeat last saw", flush=True)
@@ -214,20 +238,35 @@ def remote_lock(path: str, lease: float = LEASE_SECONDS, heartbeat: float = HEAR
   A holder that keeps beating raises io_lib.LockedError naming its host and pid. The lock is deleted on exit, unless
   another run has taken it over meanwhile (the heartbeat then stops and records it in `Lease.lost`)."""
   me = {"host": socket.gethostname(), "pid": os.getpid(), "token": uuid.uuid4().hex}
-  seen, since, announced = None, time.monotonic(), False
+  seen, since, announced, unreadable_since = None, time.monotonic(), False, None
   while True:
-    holder = _read_lock(path)
+    holder = _read_lock_settled(path)
     if holder is None:
       if _create_lock(path, dict(me, time=time.time())):
         break
       continue
     if holder.get("token") == me["token"]:
       break  # our create landed, but its answer was lost and the client's retry was refused: the lock is ours
+    if not holder:
+      # Content that stays unreadable (damaged, or another program's) names no host, pid or time to judge it by:
+      # stale once it has stayed so for `lease` seconds, like a holder that stopped beating.
+      if unreadable_since is None:
+        unreadable_since = time.monotonic()
+        print(f"{path} is unreadable (not a lock this code wrote): waiting up to {lease:.0f} s before taking it "
+              "over", flush=True)
+      if time.monotonic() - unreadable_since > lease:
+        print(f"{path}: taking over the lock that stayed unreadable for {lease:.0f} s", flush=True)
+        io_lib.epath_of(path).unlink(missing_ok=True)
+        seen, unreadable_since = None, None
+        continue
+      time.sleep(min(heartbeat / 3, 5.0))
+      continue
+    unreadable_since = None
     if holder != seen:
       if seen is not None:
         raise io_lib.LockedError(f"{path} is held by host {holder.get('host')}, pid {holder.get('pid')}")
       seen, since = holder, time.monotonic()
-    age = time.time() - float(holder.get("time", 0) or 0)
+    age = time.time() - holder["time"]
     if _process_gone(holder) or age > lease or time.monotonic() - since > lease:
       print(f"{path}: taking over the stale lock of host {holder.get('host')}, pid {holder.get('pid')}", flush=True)
       io_lib.epath_of(path).unlink(missing_ok=True)
@@ -244,7 +283,7 @@ def remote_lock(path: str, lease: float = LEASE_SECONDS, heartbeat: float = HEAR
   def beat():
     while not stop.wait(heartbeat):
       try:
-        held._seen(_read_lock(path))  # pylint: disable=protected-access
+        held._seen(_read_lock_settled(path))  # pylint: disable=protected-access
         if held.lost is not None:
           print(f"WARNING: {path} no longer holds this run's lock ({_holder_words(held.lost)}); the run stops "
                 "before its next write", flush=True)
@@ -261,7 +300,7 @@ def remote_lock(path: str, lease: float = LEASE_SECONDS, heartbeat: float = HEAR
   finally:
     stop.set()
     thread.join()
-    if held.lost is None and (_read_lock(path) or {}).get("token") == me["token"]:
+    if held.lost is None and (_read_lock_settled(path) or {}).get("token") == me["token"]:
       io_lib.epath_of(path).unlink(missing_ok=True)
 
 
