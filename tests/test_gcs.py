@@ -160,6 +160,20 @@ def test_local_copy_stages_once_and_replaces_a_changed_folder(gcs, tmp_path, mon
   assert io.local_copy("~/x") == os.path.expanduser("~/x")  # local paths pass through
 
 
+def _refused_by_a_beating_holder(path, live):
+  """A contender for `path` while its holder `live` (host other-host, pid 1) rewrites it once, 0.5 s in: refused,
+  naming the holder."""
+  import threading  # pylint: disable=g-import-not-at-top
+  from evqa_jax import io  # pylint: disable=g-import-not-at-top
+  from evqa_jax.train import safeguards  # pylint: disable=g-import-not-at-top
+  beat = threading.Timer(0.5, lambda: io.epath_of(path).write_text(json.dumps(dict(live, time=time.time()))))
+  beat.start()
+  with pytest.raises(io.LockedError, match="held by host other-host, pid 1"):
+    with safeguards.remote_lock(path, lease=30.0, heartbeat=3.0):
+      pass
+  beat.join()
+
+
 def test_remote_workdir_lock(gcs):
   from evqa_jax import io  # pylint: disable=g-import-not-at-top
   from evqa_jax.train import safeguards  # pylint: disable=g-import-not-at-top
@@ -173,13 +187,7 @@ def test_remote_workdir_lock(gcs):
   dead.wait()
   live = {"host": "other-host", "pid": 1, "token": "t", "time": time.time()}
   io.epath_of(path).write_text(json.dumps(live))
-  import threading  # pylint: disable=g-import-not-at-top
-  beat = threading.Timer(0.5, lambda: io.epath_of(path).write_text(json.dumps(dict(live, time=time.time()))))
-  beat.start()
-  with pytest.raises(io.LockedError, match="held by host other-host, pid 1"):
-    with safeguards.remote_lock(path, lease=30.0, heartbeat=3.0):
-      pass
-  beat.join()
+  _refused_by_a_beating_holder(path, live)
   # A lock left by a process of this host that is gone (a killed run) is taken over at once.
   import socket  # pylint: disable=g-import-not-at-top
   io.epath_of(path).write_text(json.dumps({"host": socket.gethostname(), "pid": dead.pid, "token": "t",
@@ -352,13 +360,7 @@ def test_torn_or_foreign_lock_reads(gcs, monkeypatch, capsys):
   # A first read torn is not a stale holder either: the contender waits, then names the holder that beats.
   reads.clear()
   monkeypatch.setattr(safeguards, "_read_lock", lambda p: reads.append(1) or ({} if len(reads) == 1 else real(p)))
-  import threading  # pylint: disable=g-import-not-at-top
-  beat = threading.Timer(0.5, lambda: io.epath_of(path).write_text(json.dumps(dict(live, time=time.time()))))
-  beat.start()
-  with pytest.raises(io.LockedError, match="held by host other-host, pid 1"):
-    with safeguards.remote_lock(path, lease=30.0, heartbeat=3.0):
-      pass
-  beat.join()
+  _refused_by_a_beating_holder(path, live)
   assert json.loads(io.epath_of(path).read_text())["token"] == "t"
 
   # Content no run of this code wrote (not JSON, JSON that is not a holder): taken over once the lease has passed.
