@@ -9,7 +9,7 @@ import ml_collections
 from configs import common
 
 VARIANTS = {"demo", "cvqa", "cvqa_mlp", "baseline", "paper", "released", "authors_eps", "bf16", "small", "tiny",
-            "scale", "xxlarge", "shapes_only", "justask"}
+            "scale", "xxlarge", "shapes_only", "justask", "nbrworld"}
 # Variant pairs refused with a ValueError (FrozenBiLM-only variants with the JustAsk backbone).
 INCOMPATIBLE = (("justask", "cvqa_mlp"), ("justask", "xxlarge"))
 
@@ -27,6 +27,12 @@ DEBERTA_V2_XXLARGE = dict(DEBERTA_V2_XLARGE, num_hidden_layers=48, attention_hea
 def ovqa_config(dataset: str, arg, cvqa_topk: int) -> ml_collections.ConfigDict:
   variants = common.parse_variants(arg)
   common.check_variants(variants, VARIANTS, f"configs/ovqa_{dataset}.py")
+  if "nbrworld" in variants:  # the demo in the synthetic world whose frames show a concept's graph neighbours
+    for other in ("small", "tiny", "scale"):
+      if other in variants:
+        raise ValueError(f"configs/ovqa_{dataset}.py: variant 'nbrworld' is the demo's world with neighbour "
+                         f"directions; it does not combine with {other!r}, which picks another world")
+    variants = variants | {"demo"}
   if "tiny" in variants:
     variants |= {"demo", "small"}
   c = common.base_config()
@@ -115,6 +121,11 @@ def ovqa_config(dataset: str, arg, cvqa_topk: int) -> ml_collections.ConfigDict:
     small = "small" in variants
     c.data.dir = "data/synthetic_ovqa_small/records" if small else "data/synthetic_ovqa/records"
     c.data.synthetic = "small" if small else "default"
+    if "nbrworld" in variants:
+      # A concept's frames show the mean GloVe vector of its 1-hop answer-graph words, not its own word vector
+      # (data_prep/synthetic_ovqa.py, WorldConfig.video_direction): the world where the graph carries the answer.
+      c.data.dir = "data/synthetic_ovqa_nbr/records"
+      c.data.synthetic = "neighbours"
     c.data.max_tokens = 32  # the prompt fits; long subtitles are cut
     c.model.encoder = "bert"
     c.pretrained.dir = "pkg:minilm"

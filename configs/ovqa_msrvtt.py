@@ -12,7 +12,9 @@ graphs; `:demo,scale` for CPU, benchmarks/ovqa_scale_step.py), xxlarge (DeBERTa-
 1.5B, instead of -xlarge), shapes_only (the paper LM's shapes with random weights and no downloaded files, for
 compiles: `python launch/aot_check.py --config=configs/ovqa_msrvtt.py:scale,shapes_only,bf16 --mesh=4x1
 --topology=v5e:2x2`).
-paper (the default, named). Commands per table and the paper's numbers: docs/ovqa.md.
+nbrworld (the demo in the synthetic world whose frames show a concept's GloVe graph neighbours rather than its own
+word vector: data_prep/synthetic_ovqa.py, video_direction), paper (the default, named). Commands per table and the
+paper's numbers: docs/ovqa.md.
 Expected: the OVQA paper's Table 2 row "FrozenBiLM+ w/ GNN verbalizer" for MSRVTT-QA (per-category B/C/R/U/T/mAcc).
 Demo: docs/results.md holds the table that the README's main command printed.
 """

@@ -199,6 +199,11 @@ class WorldConfig:
   cvqa_topk: int = 100
   extra_glove_words: int = 0       # frequent GloVe words added to the curated concepts (MSRVTT-scale vocabularies)
   cover_all: bool = False          # every seen concept in train and every held-out concept in test at least once
+  # What a concept's frames show: "word" = unit(M (g_c - g_mean)), its own GloVe vector; "neighbours" = unit(M (n_c -
+  # g_mean)), n_c the mean GloVe vector of c's 1-hop answer-graph words (its `neighbour_k` nearest GloVe words that
+  # are not answers, as data_prep.answer_graphs finds them), c's own vector where it has none.
+  video_direction: str = "word"
+  neighbour_k: int = 10
 
 
 SMALL = dict(num_train=800, num_val=100, num_test=200, num_concepts=160, num_heldout=16, zipf_exponent=1.2,
@@ -376,11 +381,34 @@ class _World:
     map_rng = np.random.default_rng(map_ss)
     dim = cfg.feature_dim
     projection = map_rng.standard_normal((all_vecs.shape[1], dim)).astype(np.float32) / np.sqrt(all_vecs.shape[1])
-    mapped = (vecs - glove_mean) @ projection
+    mapped = (self._video_vectors(ranking, vecs) - glove_mean) @ projection
     self.direction = {w: mapped[i] / np.linalg.norm(mapped[i]) for i, w in enumerate(ranking)}
     self.mean = self._unit(map_rng.standard_normal(dim)) * cfg.mean_norm
     self.type_dir = np.stack([self._unit(map_rng.standard_normal(dim)) for _ in QUESTION_TYPES]) * cfg.type_scale
     self.p_seen = _zipf(len(self.seen), cfg.zipf_exponent, cfg.zipf_offset)
+
+  def _video_vectors(self, ranking: list[str], vecs: np.ndarray) -> np.ndarray:
+    """[len(ranking), 50] GloVe-space vectors that the concepts' frames show (WorldConfig.video_direction)."""
+    cfg = self.cfg
+    if cfg.video_direction == "word":
+      return vecs
+    if cfg.video_direction != "neighbours":
+      raise ValueError(f"WorldConfig.video_direction={cfg.video_direction!r}: choose 'word' or 'neighbours'")
+    if cfg.neighbour_k < 1:
+      raise ValueError(f"WorldConfig.neighbour_k={cfg.neighbour_k} must be >= 1")
+    from evqa_jax.graphs import answer_graph  # pylint: disable=g-import-not-at-top
+    from evqa_jax.graphs import word_vectors  # pylint: disable=g-import-not-at-top
+    wv = word_vectors.load_word_vectors("pkg:glove-6b-50d")
+    graph = answer_graph.build_answer_graph(ranking, wv, k=cfg.neighbour_k, hops=1)
+    out = vecs.copy()
+    rows = {}
+    for s, r in zip(graph.senders, graph.receivers):
+      if r < graph.num_answers <= s:  # an answer's non-answer word (no answer-answer edges; self-loops excluded)
+        rows.setdefault(int(r), []).append(wv.lookup(graph.node_words[s]))
+    for i, found in rows.items():
+      out[i] = np.asarray(wv.vectors[np.asarray(found)], np.float32).mean(axis=0)
+    self.num_without_neighbours = len(ranking) - len(rows)
+    return out
 
   @staticmethod
   def _unit(x: np.ndarray) -> np.ndarray:
@@ -529,7 +557,7 @@ def build(out_dir: str, cfg: WorldConfig, verbose: bool = True) -> dict:
   return {"raw_dir": raw_dir, "records_dir": records_dir, "table1": table}
 
 
-PRESETS = {"default": {}, "small": SMALL, "msrvtt_scale": msrvtt_scale()}
+PRESETS = {"default": {}, "small": SMALL, "msrvtt_scale": msrvtt_scale(), "neighbours": {"video_direction": "neighbours"}}
 
 
 def ensure_world(world_dir: str, preset: str = "default", graphs: bool = True, verbose: bool = True) -> str:

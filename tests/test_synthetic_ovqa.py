@@ -206,3 +206,35 @@ def test_msrvtt_scale_preset_vocabulary_categories_and_graphs(tmp_path, monkeypa
   so.generate_raw(str(tmp_path / "again"), cfg)
   for name in ("train.csv", "test.csv", "world.json"):
     assert (tmp_path / "again" / name).read_bytes() == (raw / name).read_bytes(), name
+
+
+def test_neighbours_world_shows_the_mean_of_the_graph_words():
+  """video_direction='neighbours': a concept's frames show unit(M (n_c - g_mean)), n_c the mean GloVe vector of its
+  k nearest GloVe words that are not concepts (a brute-force cosine search here, not the answer-graph code), its own
+  vector where all k are concepts. The concepts, splits' random draws and M stay those of the word world."""
+  from evqa_jax.graphs import word_vectors
+  cfg = so.WorldConfig(**so.SMALL, video_direction="neighbours", neighbour_k=4)
+  world, word_world = so._World(cfg), so._World(SMALL)
+  assert world.concepts == word_world.concepts and world.heldout == word_world.heldout
+  wv = word_vectors.load_word_vectors("pkg:glove-6b-50d")
+  table = wv.vectors / np.maximum(np.linalg.norm(wv.vectors, axis=1, keepdims=True), 1e-8)
+  concept_words = {word_vectors.normalize_word(w) for w in world.concepts}
+  all_vecs = so.load_glove([w for w, _ in so.concept_words()])[0]
+  map_ss, _ = np.random.SeedSequence(cfg.seed).spawn(2)
+  projection = np.random.default_rng(map_ss).standard_normal((50, cfg.feature_dim)) / np.sqrt(50)
+  own = 0
+  for c in world.concepts[::7]:
+    row = wv.lookup(c)
+    sims = table @ table[row]
+    sims[row] = -np.inf
+    nearest = np.argsort(-sims, kind="stable")[:4]
+    found = [j for j in nearest if word_vectors.normalize_word(wv.words[j]) not in concept_words]
+    target = wv.vectors[found].mean(0) if found else wv.vectors[row]
+    own += not found
+    mapped = (target - all_vecs.mean(0)) @ projection
+    np.testing.assert_allclose(world.direction[c], mapped / np.linalg.norm(mapped), atol=1e-5, err_msg=c)
+    if not found:
+      np.testing.assert_allclose(world.direction[c], word_world.direction[c], atol=1e-6)
+  assert world.num_without_neighbours < len(world.concepts) // 10
+  with pytest.raises(ValueError, match="video_direction='glove'"):
+    so._World(so.WorldConfig(**so.SMALL, video_direction="glove"))
