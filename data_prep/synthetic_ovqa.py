@@ -25,6 +25,11 @@ How the world makes the paper's claims testable in miniature:
   mean vector (CLIP features are anisotropic). Because M is shared, the answer is predictable from the video AND
   an unseen answer is predictable from its word vector. Segments are long enough that frame sampling to
   `num_frames` keeps at least one frame of every question's concept.
+- Preset `neighbours` (`video_direction="neighbours"`, the configs' `:nbrworld`): g_c above is replaced by the mean
+  GloVe vector of c's 1-hop answer-graph words (its k = 10 nearest GloVe words that are not answers, as
+  data_prep.answer_graphs finds them; c's own vector when all ten are answers). The video then shows what the
+  answer graph knows about c rather than c's own word, the situation in which the GNN verbalizer can add to the
+  answer's own embedding. Concepts, rows and the map M are the default world's.
 - Subtitles (optional): a filler sentence for most clips, sometimes mentioning a GloVe neighbour of one of the
   clip's answers (a related word, never the answer itself).
 - MSRVTT scale (preset `msrvtt_scale`, `msrvtt_scale()`): MSRVTT-QA has 4,000 train answers and 1,632 test-only ones
