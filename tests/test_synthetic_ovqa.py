@@ -222,7 +222,6 @@ def test_neighbours_world_shows_the_mean_of_the_graph_words():
   all_vecs = so.load_glove([w for w, _ in so.concept_words()])[0]
   map_ss, _ = np.random.SeedSequence(cfg.seed).spawn(2)
   projection = np.random.default_rng(map_ss).standard_normal((50, cfg.feature_dim)) / np.sqrt(50)
-  own = 0
   for c in world.concepts[::7]:
     row = wv.lookup(c)
     sims = table @ table[row]
@@ -230,7 +229,6 @@ def test_neighbours_world_shows_the_mean_of_the_graph_words():
     nearest = np.argsort(-sims, kind="stable")[:4]
     found = [j for j in nearest if word_vectors.normalize_word(wv.words[j]) not in concept_words]
     target = wv.vectors[found].mean(0) if found else wv.vectors[row]
-    own += not found
     mapped = (target - all_vecs.mean(0)) @ projection
     np.testing.assert_allclose(world.direction[c], mapped / np.linalg.norm(mapped), atol=1e-5, err_msg=c)
     if not found:
