@@ -1,5 +1,6 @@
 """VIOLIN and E-VQA end to end on gs:// (tests/test_gcs.py does OVQA, killed and resumed): the tests' `:small` run
-of configs/violin.py and configs/evqa_gen.py with its records and workdir on a Cloud Storage API served on 127.0.0.1
+of configs/violin.py and `:tiny` run of configs/evqa_gen.py (the small world, the smallest model: every prediction
+file, masks included) with its records and workdir on a Cloud Storage API served on 127.0.0.1
 (tests/gcs_emulator.py), scored again with launch/evaluate.py, equal to the same run on local disk: metrics, the
 metric log, the prediction files (E-VQA's predicted mask PNGs included) and the evaluation.
 """
@@ -108,6 +109,6 @@ def test_violin_run_on_gcs_equals_local(gcs, tmp_path):
 
 
 def test_evqa_gen_run_on_gcs_equals_local(gcs, tmp_path):
-  scored = _run_on_gcs_equals_local(gcs, tmp_path, "configs/evqa_gen.py:small", "evqa", 2, ["predictions.json"])
+  scored = _run_on_gcs_equals_local(gcs, tmp_path, "configs/evqa_gen.py:tiny", "evqa", 2, ["predictions.json"])
   test = scored["eval"]["test"]
   assert 0 <= test["accuracy"] <= 100 and 0 <= test["J"] <= 100

@@ -1,7 +1,7 @@
-"""E-VQA: 1 device and the 4x2 and 2x4 meshes give the same losses (tests/mesh_equivalence.py); the 4 x 2 run is
-the trainer's `train_and_evaluate`, evaluated, and its metrics equal the command-line scorer's on its written files.
-(The pure data-parallel 8 x 1 mesh, which shards no parameter, is OVQA's and VIOLIN's: every compile of the E-VQA
-step costs about a minute of the suite.) A module of its own so that the xdist workers share the tasks' compiles."""
+"""E-VQA: 1 device and the 4x2 mesh give the same losses (tests/mesh_equivalence.py); the 4 x 2 run is the
+trainer's `train_and_evaluate`, evaluated, and its metrics equal the command-line scorer's on its written files.
+(The pure data-parallel 8 x 1 mesh and the model-heavier 2 x 4 are OVQA's and VIOLIN's: every compile of the E-VQA
+step costs about half a minute of the suite.) A module of its own so that the xdist workers share the tasks' compiles."""
 
 import json
 import os
@@ -15,10 +15,10 @@ from evqa_jax.evaluate import st_evidence as st_eval
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
-def test_one_device_and_meshes_4x2_2x4_give_the_same_losses_and_evaluation(monkeypatch, tmp_path):
+def test_one_device_and_mesh_4x2_give_the_same_losses_and_evaluation(monkeypatch, tmp_path):
   config = mesh_equivalence.config_in_repo("evqa", monkeypatch)  # one encoder layer, a 16 x 16 patch grid
   workdir = tmp_path / "mesh42"
-  result = mesh_equivalence.assert_meshes_give_the_same_losses(config, str(workdir), meshes=((2, 4),))
+  result = mesh_equivalence.assert_meshes_give_the_same_losses(config, str(workdir), meshes=())
   steps = mesh_equivalence.STEPS
   with open(workdir / "train_history.jsonl") as f:
     history = [json.loads(line) for line in f]
