@@ -335,40 +335,19 @@ def test_tiny_justask_loss_goes_down(stage1):
              for r in rows)
 
 
-def test_justask_plus_second_stage(stage1, tmp_path, capsys):
-  """`:tiny,justask` (JustAsk+ with the GNN verbalizer) from the first stage's workdir: every parameter but the
-  verbalizer comes from it, the answer encoder stays frozen (bit-equal after training) and the verbalizer trains."""
-  from configs import ovqa_msrvtt
-  from evqa_jax.train import checkpointing, train_and_evaluate
-  c = ovqa_msrvtt.get_config("tiny,justask")
-  assert c.model.freeze_answer_encoder and c.verbalizer.variant == "E"
-  c.data.dir = SMALL
-  c.pretrained.init_from = stage1["workdir"]
-  c.total_steps, c.checkpoint_every_steps, c.log_every_steps = 2, 2, 1
-  c.data.eval_splits = ()
-  train_and_evaluate(c, str(tmp_path))
-  assert "Initialised from step 30 of" in capsys.readouterr().out
-  _, before = checkpointing.load_checkpoint_arrays(stage1["workdir"])
-  _, after = checkpointing.load_checkpoint_arrays(str(tmp_path))
-  assert "amodel" in after["frozen"] and "amodel" not in after["trainable"]
-  for a, b in zip(jax.tree.leaves(before["trainable"]["amodel"]), jax.tree.leaves(after["frozen"]["amodel"])):
-    np.testing.assert_array_equal(a, b)
-  w = after["trainable"]["verbalizer"]
-  assert any(not np.allclose(x, np.eye(x.shape[0])) for x in jax.tree.leaves(w) if x.ndim == 2)
-  assert not np.array_equal(before["trainable"]["vqproj"]["kernel"], after["trainable"]["vqproj"]["kernel"])
-
-
 def test_release_end_to_end(tmp_path, capsys):
   """The release-shaped files (python -m data_prep.fixtures --paper ovqa: Just Ask's s3d.pth and
   ckpt_pt_howtovqa69m.pth, a distilbert-base-uncased folder, the OVQA authors' vocabularies) -> data_prep.ovqa at
   20 S3D frames -> GloVe answer graphs -> the paper's :justask,baseline config from the authors' checkpoint (stage 1)
-  -> :justask (the GNN verbalizer, stage 2) from stage 1's workdir -> its predictions scored by the official command
-  with the authors' ans2cat / test_vocab. The multi-modal transformer is the fixture's 32 wide."""
+  -> :justask (JustAsk+ with the GNN verbalizer, stage 2) from stage 1's workdir: every parameter but the verbalizer
+  comes from it, the answer encoder stays frozen (bit-equal after training) and the verbalizer trains -> its
+  predictions scored by the official command with the authors' ans2cat / test_vocab. The multi-modal transformer is
+  the fixture's 32 wide."""
   import json
   from configs import ovqa_msrvtt
   from data_prep import answer_graphs, ovqa as prep
   from evqa_jax.evaluate import ovqa as ovqa_eval
-  from evqa_jax.train import train_and_evaluate
+  from evqa_jax.train import checkpointing, train_and_evaluate
   fixtures.main(["--out", str(tmp_path / "fx"), "--paper", "ovqa"])
   root = tmp_path / "fx" / "ovqa"
   out = str(tmp_path / "records_s3d")
@@ -389,8 +368,18 @@ def test_release_end_to_end(tmp_path, capsys):
   train_and_evaluate(config("justask,baseline", str(root / "models" / "ckpt_pt_howtovqa69m.pth")), str(stage1))
   log = capsys.readouterr().out
   assert "Initialised from Just Ask checkpoint" in log and "unused checkpoint keys" not in log.split("\n")[0]
-  train_and_evaluate(config("justask", str(stage1)), str(stage2))
+  stage2_config = config("justask", str(stage1))
+  assert stage2_config.model.freeze_answer_encoder and stage2_config.verbalizer.variant == "E"
+  train_and_evaluate(stage2_config, str(stage2))
   assert "Initialised from step 2 of" in capsys.readouterr().out
+  _, before = checkpointing.load_checkpoint_arrays(str(stage1))
+  _, after = checkpointing.load_checkpoint_arrays(str(stage2))
+  assert "amodel" in after["frozen"] and "amodel" not in after["trainable"]
+  for a, b in zip(jax.tree.leaves(before["trainable"]["amodel"]), jax.tree.leaves(after["frozen"]["amodel"])):
+    np.testing.assert_array_equal(a, b)
+  w = after["trainable"]["verbalizer"]
+  assert any(not np.allclose(x, np.eye(x.shape[0])) for x in jax.tree.leaves(w) if x.ndim == 2)
+  assert not np.array_equal(before["trainable"]["vqproj"]["kernel"], after["trainable"]["vqproj"]["kernel"])
   final = json.loads((stage2 / "final_metrics.json").read_text())
   official = ovqa_eval.main(["--test-csv", os.path.join(out, "test.csv"),
                              "--ans2cat", str(root / "meta_data" / "msrvtt" / "ans2cat.json"),
