@@ -61,8 +61,8 @@ def _files(root) -> dict:
 
 def _run_on_gcs_equals_local(gcs_env, tmp_path, config_arg, name, step, predictions, evaluate=True):
   """Trains `config_arg` locally and on gs:// (records uploaded from the local world) side by side, compares, and
-  (with `evaluate`) evaluates the gs:// run with launch/evaluate.py; returns the gs:// run's final metrics, or that
-  evaluation."""
+  (with `evaluate`) checks that launch/evaluate.py on the gs:// run scores what training did; returns the gs:// run's
+  final metrics."""
   import importlib  # pylint: disable=g-import-not-at-top
   from data_prep import worlds  # pylint: disable=g-import-not-at-top
   from evqa_jax import io  # pylint: disable=g-import-not-at-top
@@ -98,24 +98,23 @@ def _run_on_gcs_equals_local(gcs_env, tmp_path, config_arg, name, step, predicti
     else:
       assert got[rel] == want[rel], rel
 
-  if not evaluate:
-    return final
-  _wait(_popen(["launch/evaluate.py", *on_gcs, "--checkpoint=last"], env), "launch/evaluate.py on gs://")
-  scored = json.loads(io.epath_of(f"{remote}/evaluate_step{step}.json").read_text())
-  assert scored["step"] == step and scored["eval"]["test"] == final["eval"]["test"]
-  return scored
+  if evaluate:
+    _wait(_popen(["launch/evaluate.py", *on_gcs, "--checkpoint=last"], env), "launch/evaluate.py on gs://")
+    scored = json.loads(io.epath_of(f"{remote}/evaluate_step{step}.json").read_text())
+    assert scored["step"] == step and scored["eval"]["test"] == final["eval"]["test"]
+  return final
 
 
 def test_violin_run_on_gcs_equals_local(gcs, tmp_path):
-  scored = _run_on_gcs_equals_local(gcs, tmp_path, "configs/violin.py:small", "violin", 4, ["predictions.json"])
-  assert 0 <= scored["eval"]["test"]["accuracy"] <= 100
+  final = _run_on_gcs_equals_local(gcs, tmp_path, "configs/violin.py:small", "violin", 4, ["predictions.json"])
+  assert 0 <= final["eval"]["test"]["accuracy"] <= 100
 
 
 def test_evqa_gen_run_on_gcs_equals_local(gcs, tmp_path):
   # launch/evaluate.py on gs:// is OVQA's (tests/test_gcs.py) and VIOLIN's (above): the same restore and writers, and
-  # one more E-VQA process would cost the suite half a minute. The trainer's final evaluation here writes every E-VQA
-  # prediction file (mask PNGs included) to gs://.
-  scored = _run_on_gcs_equals_local(gcs, tmp_path, "configs/evqa_gen.py:tiny", "evqa", 2, ["predictions.json"],
-                                    evaluate=False)
-  test = scored["eval"]["test"]
+  # one more E-VQA process would add its start-up and compiles to the suite. The trainer's final evaluation here
+  # writes every E-VQA prediction file (mask PNGs included) to gs://.
+  final = _run_on_gcs_equals_local(gcs, tmp_path, "configs/evqa_gen.py:tiny", "evqa", 2, ["predictions.json"],
+                                   evaluate=False)
+  test = final["eval"]["test"]
   assert 0 <= test["accuracy"] <= 100 and 0 <= test["J"] <= 100
