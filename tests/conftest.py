@@ -31,8 +31,9 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 # short ones to even out the end. (xdist's own order, most tests first, put the 150 s one-test E-VQA mesh module
 # last: one worker ran it alone for the last two and a half minutes.)
 SLOW_MODULES = (
-    "test_justask.py", "test_justask_cache.py", "test_gcs.py", "test_gcs_tasks.py", "test_integrity.py", "test_violin_task.py", "test_mesh_sharding_evqa.py", "test_memory_levers.py", "test_multihost.py",
-    "test_evqa_model.py", "test_ovqa_release.py", "test_hardening.py", "test_benchmarks.py", "test_mesh_sharding.py",
+    "test_justask.py", "test_justask_cache.py", "test_gcs.py", "test_mesh_sharding_evqa.py", "test_integrity.py",
+    "test_violin_task.py", "test_memory_levers.py", "test_multihost.py", "test_evqa_model.py", "test_ovqa_release.py",
+    "test_gcs_tasks.py", "test_hardening.py", "test_benchmarks.py", "test_mesh_sharding.py",
     "test_evqa_release.py", "test_violin_release.py", "test_resume.py", "test_bert.py", "test_results_check.py",
     "test_deberta_v2.py", "test_synthetic_ovqa.py", "test_violin_model.py", "test_hostile_input.py",
     "test_gcs_convert.py",

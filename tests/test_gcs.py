@@ -7,7 +7,7 @@ runs racing for one gs:// workdir: one trains, the other stops (the emulator enf
 as Cloud Storage does, and records the requests). A run whose lock another run took over while it stalled stops
 before its next write, leaving the newer holder's lock and its own last checkpoint. The others cover one path kind
 each: the staged pretrained copy, the workdir lock, the history, TensorBoard events, answer graphs and the evaluator
-CLI. VIOLIN and E-VQA on gs://: tests/test_gcs_tasks.py; the converters writing to gs://: tests/test_gcs_convert.py.
+CLI. VIOLIN on gs://: tests/test_gcs_tasks.py; E-VQA (4 x 2 mesh): tests/test_mesh_sharding_evqa.py; the converters writing to gs://: tests/test_gcs_convert.py.
 """
 
 import json

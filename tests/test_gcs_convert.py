@@ -15,6 +15,7 @@ pytest.importorskip("torch")
 pytest.importorskip("av")
 
 import gcs_emulator  # noqa: E402
+from gcs_runs import files as _files  # noqa: E402
 
 from data_prep import answer_graphs, common, ovqa, st_evidence, violin  # noqa: E402
 from data_prep import fixtures as R  # noqa: E402
@@ -36,21 +37,6 @@ def gcs():
 def violin_release(tmp_path_factory):
   rel = R.violin_release(str(tmp_path_factory.mktemp("violin_release") / "feat"))
   return ["--annotation", os.path.join(rel["dir"], "violin_annotation.json"), "--features", rel["h5"]]
-
-
-def _files(root) -> dict:
-  """{relative path: bytes} of every file under `root` (local or gs://)."""
-  out = {}
-
-  def walk(folder, prefix):
-    for child in folder.iterdir():
-      if child.is_dir():
-        walk(child, prefix + child.name + "/")
-      else:
-        out[prefix + child.name] = child.read_bytes()
-
-  walk(io.epath_of(root), "")
-  return out
 
 
 def _assert_same_files(remote, local):
