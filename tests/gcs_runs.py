@@ -65,11 +65,10 @@ def train_on_gcs_equals(local: str, gcs_env: dict, cache, config_args, bucket: s
   that it equals the finished run in the local folder `local`: final metrics, the metric log, and every file of
   its step-`step` evaluation (`predictions`, files or non-empty folders, among them; JSON compared as data, the rest
   byte for byte).
-  -> (the gs:// workdir, the subprocess environment, the gs:// run's config arguments)."""
+  -> (the gs:// workdir, its final metrics, the subprocess environment, the gs:// run's config arguments)."""
   from evqa_jax import io  # pylint: disable=g-import-not-at-top
-  path, _, variant = config_args[0].removeprefix("--config=").partition(":")
-  import importlib  # pylint: disable=g-import-not-at-top
-  config = importlib.import_module("configs." + os.path.splitext(os.path.basename(path))[0]).get_config(variant)
+  from evqa_jax.train import overrides  # pylint: disable=g-import-not-at-top
+  config = overrides.load_config(os.path.join(REPO, config_args[0].removeprefix("--config=")))
   remote_records = upload_world(config, bucket, name)
   remote = f"gs://{bucket}/{name}/run"
   env = env_for(gcs_env, cache)
@@ -90,4 +89,4 @@ def train_on_gcs_equals(local: str, gcs_env: dict, cache, config_args, bucket: s
       assert json.loads(got[rel]) == json.loads(want[rel]), rel
     else:
       assert got[rel] == want[rel], rel
-  return remote, env, on_gcs
+  return remote, final, env, on_gcs

@@ -26,9 +26,8 @@ def test_violin_run_on_gcs_equals_local(gcs, tmp_path):
   # One after the other: the run on gs:// then finds the local run's steps in the suite's compilation cache.
   gcs_runs.run_script(["launch/train.py", *config_args, f"--workdir={local}"],
                       gcs_runs.env_for(gcs, tmp_path / "cache"), "the local run")
-  remote, env, on_gcs = gcs_runs.train_on_gcs_equals(local, gcs, tmp_path / "cache", config_args, BUCKET, "violin",
-                                                     step, ["predictions.json"])
-  final = json.loads(io.epath_of(f"{remote}/final_metrics.json").read_text())
+  remote, final, env, on_gcs = gcs_runs.train_on_gcs_equals(local, gcs, tmp_path / "cache", config_args, BUCKET,
+                                                            "violin", step, ["predictions.json"])
   assert 0 <= final["eval"]["test"]["accuracy"] <= 100
   # launch/evaluate.py on the gs:// run (restore from gs://, records from gs://) scores what training did.
   gcs_runs.run_script(["launch/evaluate.py", *on_gcs, "--checkpoint=last"], env, "launch/evaluate.py on gs://")
