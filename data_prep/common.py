@@ -132,7 +132,7 @@ _OWN_OBJECTS = (UPLOAD_MARKER, OUT_LOCK)
 
 def _remote_fs(uri: str):
   import fsspec  # pylint: disable=g-import-not-at-top
-  fs, key = fsspec.core.url_to_fs(uri)
+  fs, key = fsspec.core.url_to_fs(evqa_io.storage_address(uri))  # the object evqa_io.check_outputs compared
   fs.invalidate_cache()  # another process (a converter before us, a reader) may have changed the bucket
   return fs, key.rstrip("/")
 
@@ -154,12 +154,13 @@ def _remote_files(uri: str) -> dict:
 def _check_remote_out(out: str, inputs: Iterable[str | None]) -> str:
   """`check_out` for a gs://... OUT: not an input, holding none and lying in none (`io.check_outputs`); not an
   object; empty, or an earlier output of our converters (metadata.json with a "converter" field, or an
-  UPLOAD_MARKER left by an interrupted publication). Returns OUT without a trailing slash."""
-  out = out.rstrip("/")
+  UPLOAD_MARKER left by an interrupted publication). Returns OUT as `evqa_io.storage_address` spells it (no `/./`,
+  `//` or trailing slash)."""
   try:
     evqa_io.check_outputs({"the input": [p for p in inputs if p]}, {"--out": out})
   except ValueError as e:
     raise OutputError(str(e)) from None
+  out = evqa_io.storage_address(out)
   fs, key = _remote_fs(out)
   if fs.isfile(key):
     raise OutputError(f"--out {out} exists and is an object, not a folder")

@@ -6,6 +6,7 @@ Orbax read theirs, so a data directory may be local or a URI such as gs://bucket
 
 import contextlib
 import json
+import logging
 import math
 import os
 import re
@@ -14,10 +15,11 @@ import tempfile
 
 
 def epath_of(path) -> "epath.Path":
-  """`path` as an `etils.epath.Path`: a local path (`~` expanded) or a gs://, s3://, ... URI."""
+  """`path` as an `etils.epath.Path`: a local path (`~` expanded) or a gs://, s3://, ... URI, addressed as
+  `storage_address` spells it (so what is read or written is what the output guard compared)."""
   from etils import epath  # pylint: disable=g-import-not-at-top
   path = os.fspath(path)
-  return epath.Path(path if is_uri(path) else os.path.expanduser(path))
+  return epath.Path(storage_address(path) if is_uri(path) else os.path.expanduser(path))
 
 
 def is_uri(path) -> bool:
@@ -26,9 +28,35 @@ def is_uri(path) -> bool:
 
 
 def absolute(path) -> str:
-  """An absolute local path, or the URI unchanged (os.path.abspath would turn gs://b into ./gs:/b)."""
+  """An absolute local path, or the URI as `storage_address` spells it (os.path.abspath would turn gs://b into
+  ./gs:/b)."""
   path = os.fspath(path)
-  return path if is_uri(path) else os.path.abspath(os.path.expanduser(path))
+  return storage_address(path) if is_uri(path) else os.path.abspath(os.path.expanduser(path))
+
+
+_SCHEME_ALIASES = {"gcs": "gs"}  # gcsfs serves both names
+
+
+def storage_address(path) -> str:
+  """The one spelling of the object or file that `path` addresses: what the output guard compares, and (for URIs)
+  what every reader and writer of this module addresses.
+
+  Local: the resolved absolute path (`~` expanded, relative to the working folder, every symlink, `..`, `/./` and
+  `//` resolved). file:///x: the local path /x. Other URIs (gs://bucket/a/./b//c/): scheme lower-case (gcs:// is
+  gs://), empty and `.` parts dropped and no trailing slash, as etils.epath (pathlib) addresses them; a `..` part is
+  refused (an object store has no parent folders: it would be an object named `..`)."""
+  path = os.fspath(path)
+  if not is_uri(path):
+    return os.path.realpath(os.path.abspath(os.path.expanduser(path)))
+  scheme, rest = path.split("://", 1)
+  scheme = _SCHEME_ALIASES.get(scheme.lower(), scheme.lower())
+  if scheme == "file":
+    return storage_address("/" + rest.lstrip("/"))
+  parts = [p for p in rest.split("/") if p not in ("", ".")]
+  if ".." in parts:
+    raise ValueError(f"{path}: '..' in a {scheme}:// path names an object called '..', not a parent folder (an "
+                     "object store has none); write the path without it")
+  return f"{scheme}://" + "/".join(parts)
 
 
 def _umask() -> int:
@@ -158,6 +186,7 @@ def local_copy(path: str, what: str = "input") -> str:
   path = os.fspath(path)
   if not is_uri(path):
     return os.path.expanduser(path)
+  path = storage_address(path)
   scheme, rest = path.split("://", 1)
   check_relpath(rest.rstrip("/"), f"{what} {path}", "location")
   target = os.path.join(cache_root(), "staged", scheme, rest.rstrip("/"))
@@ -417,13 +446,95 @@ def text_stream(path: str, what: str = "file"):
 
 # ------------------------------------------------------------------------ outputs never touch inputs, never escape
 
-def real_path(path) -> str:
-  """The resolved absolute path (`~` expanded, every symlink followed); a URI without its trailing slashes (so
-  gs://b/x/ and gs://b/x compare equal)."""
-  path = os.fspath(path)
-  if is_uri(path):
-    return path.rstrip("/") if not path.endswith("://") else path
-  return os.path.realpath(os.path.abspath(os.path.expanduser(path)))
+class StorageError(OSError):
+  """A storage location that cannot be used (no such bucket, a bucket name the store refuses, no access, no answer),
+  named by the flag or config key that gave it."""
+
+
+STORAGE_TIMEOUT_ENV = "EVQA_STORAGE_TIMEOUT"  # seconds a bucket check waits for Cloud Storage (default 20)
+
+
+def _bucket_name_problem(bucket: str) -> str | None:
+  """Why Cloud Storage would refuse `bucket` as a bucket name (its naming rules), or None."""
+  parts = bucket.split(".")
+  if not re.fullmatch(r"[a-z0-9][a-z0-9._-]*[a-z0-9]", bucket):
+    return ("may hold only lower-case letters, digits, '-', '_' and '.', and must start and end with a letter or "
+            "digit")
+  if not 3 <= len(bucket) <= (222 if len(parts) > 1 else 63) or any(len(p) > 63 for p in parts):
+    return "must be 3 to 63 characters long (222 with dots, at most 63 between two dots)"
+  if bucket.startswith("goog") or "google" in bucket or re.fullmatch(r"[0-9.]+", bucket):
+    return "may not start with 'goog', contain 'google' or be an IP address"
+  return None
+
+
+class _LastMessage(logging.Handler):
+  def __init__(self):
+    super().__init__(logging.DEBUG)
+    self.last = ""
+
+  def emit(self, record):
+    text = record.getMessage().strip()
+    if "exception" in text:
+      self.last = text.split("exception:", 1)[-1].strip().splitlines()[0]
+
+
+def _probe_bucket(bucket: str) -> str | None:
+  """Why the gs:// bucket `bucket` cannot be used (missing, no access, no answer within $EVQA_STORAGE_TIMEOUT s: gcsfs
+  would retry with backoff for about a minute), or None. One object listing, bounded in time."""
+  import fsspec  # pylint: disable=g-import-not-at-top
+  from fsspec import asyn  # pylint: disable=g-import-not-at-top
+  timeout = float(os.environ.get(STORAGE_TIMEOUT_ENV) or 20)
+  log = logging.getLogger("gcsfs")
+  seen = _LastMessage()
+  saved = log.level, log.propagate
+  log.setLevel(logging.DEBUG)  # the retries' reasons, for the message; not printed (the message says it once)
+  log.propagate = False
+  log.addHandler(seen)
+  try:
+    fs = fsspec.filesystem("gs")
+    asyn.sync(fs.loop, fs._call, "GET", "b/{}/o", bucket, maxResults=1, json_out=True,  # pylint: disable=protected-access
+              timeout=timeout)
+  except FileNotFoundError:
+    return f"bucket {bucket!r} does not exist"
+  except (asyn.FSTimeoutError, TimeoutError):
+    last = f" (last error: {seen.last})" if seen.last else ""
+    return (f"Cloud Storage did not answer within {timeout:g} s{last}: no network, or a wrong endpoint "
+            f"(${STORAGE_TIMEOUT_ENV} sets the wait)")
+  except Exception as e:  # pylint: disable=broad-except  (gcsfs, aiohttp and google.auth errors alike)
+    text = " ".join(str(e).split())[:300] or type(e).__name__
+    if getattr(e, "code", None) in (401, 403) or "Forbidden" in text or "credentials" in text.lower():
+      return (f"access to bucket {bucket!r} denied ({text}): no credentials, or credentials without access "
+              "(gcloud auth application-default login)")
+    return f"bucket {bucket!r} cannot be reached ({type(e).__name__}: {text})"
+  finally:
+    log.removeHandler(seen)
+    log.setLevel(saved[0])
+    log.propagate = saved[1]
+  return None
+
+
+_REACHABLE = set()  # buckets checked by this process
+
+
+def check_storage(paths) -> None:
+  """Refuses, in one line naming the flag or config key and the path, a gs:// path whose bucket cannot be used: a
+  name Cloud Storage refuses, a bucket that does not exist, no access (no credentials), no answer within
+  $EVQA_STORAGE_TIMEOUT seconds. `paths`: {name: path, list of paths or None}. Local paths and other schemes pass."""
+  for name, path in _named_paths(paths):
+    if not is_uri(path):
+      continue
+    address = storage_address(path)
+    scheme, rest = address.split("://", 1)
+    bucket = rest.split("/", 1)[0]
+    if scheme != "gs" or bucket in _REACHABLE:
+      continue
+    problem = _bucket_name_problem(bucket)
+    if problem:
+      raise StorageError(f"{name} {path}: {bucket!r} is not a Cloud Storage bucket name: it {problem}")
+    problem = _probe_bucket(bucket)
+    if problem:
+      raise StorageError(f"{name} {path}: {problem}")
+    _REACHABLE.add(bucket)
 
 
 def _within(path: str, folder: str) -> bool:
@@ -440,13 +551,21 @@ def _named_paths(paths) -> list:
   return out
 
 
-def check_outputs(inputs, outputs) -> None:
+def check_outputs(inputs, outputs, inside_inputs: bool = False) -> None:
   """Refuses to write an output that is an input, holds one, or replaces a file inside an input folder, compared by
   real path (so a symlink or `..` cannot disguise it). `inputs`: {what it is (e.g. "the input --gt"): path, list of paths
-  or None}; `outputs`: {argument (e.g. "--out"): path or None}. The one guard every command runs before it writes anything."""
-  ins = [(n, p, real_path(p)) for n, p in _named_paths(inputs) if is_uri(p) or os.path.lexists(p)]
+  or None}; `outputs`: {argument (e.g. "--out"): path or None}. The one guard every command runs before it writes anything;
+  gs:// paths are compared as `storage_address` spells them (`/./`, `//`) and their buckets checked (`check_storage`).
+  `inside_inputs`: an output folder inside an input folder is refused too (training writes files into its workdir)."""
+  def address(name, path):
+    try:
+      return storage_address(path)
+    except ValueError as e:
+      raise ValueError(f"{name} {e}") from None
+
+  ins = [(n, p, address(n, p)) for n, p in _named_paths(inputs) if is_uri(p) or os.path.lexists(p)]
   for out_name, out in _named_paths(outputs):
-    real_out = real_path(out)
+    real_out = address(out_name, out)
     for in_name, path, real_in in ins:
       if _within(real_in, real_out):
         raise ValueError(f"{out_name} {out} is or holds {in_name} {path}: writing it would destroy the input. "
@@ -454,6 +573,10 @@ def check_outputs(inputs, outputs) -> None:
       if os.path.isdir(real_in) and _within(real_out, real_in) and os.path.isfile(real_out):
         raise ValueError(f"{out_name} {out} is a file inside {in_name} folder {path}: writing it would replace "
                          f"an input. Choose another {out_name}")
+      if inside_inputs and _within(real_out, real_in):
+        raise ValueError(f"{out_name} {out} lies inside {in_name} {path}: its files would be written into the "
+                         f"input. Choose another {out_name}")
+  check_storage({**inputs, **outputs})
 
 
 def check_args(args, outputs) -> None:
@@ -469,11 +592,11 @@ def check_args(args, outputs) -> None:
 
 def check_links_inside(root: str) -> None:
   """Refuses a folder holding a symlink whose target leaves it: a writer that follows it would write outside."""
-  real_root = real_path(root)
+  real_root = storage_address(root)
   for dirpath, dirnames, filenames in os.walk(root):
     for name in dirnames + filenames:
       path = os.path.join(dirpath, name)
-      if os.path.islink(path) and not _within(real_path(path), real_root):
+      if os.path.islink(path) and not _within(storage_address(path), real_root):
         raise ValueError(f"{path} is a symbolic link to {os.readlink(path)}, outside {root}: writing through it "
                          "would change files outside the output folder; remove the link")
 

@@ -37,6 +37,8 @@ def main(argv):
     jax.distributed.initialize(FLAGS.coordinator, FLAGS.num_processes, FLAGS.process_id)
   elif FLAGS.distributed:
     jax.distributed.initialize()
+  from evqa_jax.train import safeguards
+  safeguards.check_workdir_paths(FLAGS.config, FLAGS.workdir)  # before the world or anything else is written
   from data_prep import worlds
   worlds.ensure_synthetic_world(FLAGS.config)  # the :demo / :small worlds are built here, never by the library
   from evqa_jax.train import train_and_evaluate

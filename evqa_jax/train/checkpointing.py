@@ -162,9 +162,12 @@ def restore_latest(mngr: ocp.CheckpointManager, state, make_iter, identity: dict
 
 
 def checkpoint_steps(ckpt_dir: str) -> list:
-  """The sorted steps of the checkpoints in `ckpt_dir` (local or gs://...); [] when there is none."""
+  """The sorted steps of the finished checkpoints in `ckpt_dir` (local or gs://...); [] when there is none. A step a
+  running trainer is still writing (gs://: no commit marker yet; local: a temporary folder) is not one."""
   root = io_lib.epath_of(ckpt_dir)
-  return sorted(int(p.name) for p in root.iterdir() if p.name.isdigit()) if root.is_dir() else []
+  if not root.is_dir():
+    return []
+  return sorted(int(p.name) for p in root.iterdir() if p.name.isdigit() and ocp.step.is_path_finalized(p))
 
 
 def load_checkpoint_arrays(workdir: str, step: int | None = None, allow_unverified: bool = False) -> tuple[int, dict]:
@@ -175,11 +178,29 @@ def load_checkpoint_arrays(workdir: str, step: int | None = None, allow_unverifi
   UnverifiedCheckpointError unless `allow_unverified` (config.checkpoint.allow_unverified).
   """
   ckpt_dir = os.path.join(io_lib.absolute(workdir), "checkpoints")
-  steps = checkpoint_steps(ckpt_dir)
-  if not steps:
-    raise FileNotFoundError(f"{ckpt_dir} holds no checkpoint")
-  step = steps[-1] if step is None else step
-  step_dir = os.path.join(ckpt_dir, str(step))
+  for attempt in range(2):  # a run still training deletes old steps (max_to_keep): the newest one is taken again
+    steps = checkpoint_steps(ckpt_dir)
+    if not steps:
+      raise FileNotFoundError(f"{ckpt_dir} holds no checkpoint")
+    chosen = steps[-1] if step is None else step
+    try:
+      return chosen, _load_step_arrays(os.path.join(ckpt_dir, str(chosen)), allow_unverified)
+    except Exception as e:  # pylint: disable=broad-except
+      if chosen in checkpoint_steps(ckpt_dir):
+        raise  # still there: damaged, not deleted
+      if step is None and attempt == 0:
+        print(f"checkpoint step {chosen} was deleted while it was read (the run is still training); reading the "
+              "newest finished step instead", flush=True)
+        continue
+      raise FileNotFoundError(
+          f"checkpoint {ckpt_dir}/{chosen} was deleted while it was read ({type(e).__name__}): the run is still "
+          "training and keeps only config.checkpoint.max_to_keep checkpoints; score a step it keeps (--checkpoint="
+          "last), or wait until it finishes") from None
+  raise AssertionError("unreachable")
+
+
+def _load_step_arrays(step_dir: str, allow_unverified: bool) -> dict:
+  """The verified numpy train state of one step folder (`load_checkpoint_arrays`)."""
   meta_path = os.path.join(step_dir, "meta", "metadata")
   meta = io_lib.load_json(meta_path, "checkpoint meta") if io_lib.epath_of(meta_path).exists() else {}
   path = os.path.join(step_dir, "state")
@@ -192,4 +213,4 @@ def load_checkpoint_arrays(workdir: str, step: int | None = None, allow_unverifi
     arrays = ckptr.restore(path, restore_args=args)
   safeguards.verify_checksums(arrays, meta.get("checksums") if isinstance(meta, dict) else None, step_dir,
                               allow_unverified)
-  return step, arrays
+  return arrays

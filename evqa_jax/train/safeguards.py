@@ -393,6 +393,41 @@ def payload_checksum(payload: dict) -> str:
   return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
+# Config keys that name a path even without a separator in the value (data.dir=records, init_from=model.pth).
+_PATH_KEY = re.compile(r"(^|_)(dir|path|paths|file|files|from|source|root|csv|json|vocab)$")
+
+
+def config_inputs(config, prefix: str = "config") -> dict:
+  """{"config.<key>": path} of every input path a config names: each string (or list of strings) that is a URI,
+  or names an existing file or folder and looks like a path (a separator, `~`, or a key such as `dir`, `init_from`,
+  `source`); cache folders (keys naming a cache), which runs write, are left out."""
+  out = {}
+  for key, value in (config.items() if hasattr(config, "items") else ()):
+    name = f"{prefix}.{key}"
+    if hasattr(value, "items"):
+      out.update(config_inputs(value, name))
+      continue
+    if "cache" in key:
+      continue
+    for v in (value if isinstance(value, (list, tuple)) else [value]):
+      if not isinstance(v, str) or not v:
+        continue
+      if io_lib.is_uri(v) or (("/" in v or v.startswith("~") or _PATH_KEY.search(key))
+                              and os.path.lexists(os.path.expanduser(v))):
+        out.setdefault(name, []).append(v)
+  return out
+
+
+def check_workdir_paths(config, workdir: str) -> None:
+  """Before a run writes anything: refuses a workdir that is, holds or lies inside an input the config names (naming
+  the config key: `--workdir=P --config.pretrained.dir=P` would overwrite the model's config.json), a gs:// workdir or
+  input whose bucket cannot be used (`io.check_storage`), and a local workdir holding a symbolic link that leads
+  outside it (train_history.jsonl, eval/, config.json, checkpoints/: writes would follow it)."""
+  io_lib.check_outputs(config_inputs(config), {"--workdir": workdir}, inside_inputs=True)
+  if not io_lib.is_uri(workdir) and os.path.isdir(workdir):
+    io_lib.check_links_inside(workdir)
+
+
 def completed_eval(workdir: str, split: str, step: int):
   """The results of split's evaluation at `step` when <workdir>/eval/<split>_metrics.json holds it, else None."""
   path = os.path.join(workdir, "eval", f"{split}_metrics.json")

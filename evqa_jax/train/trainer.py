@@ -71,6 +71,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
   One run per workdir at a time (safeguards.workdir_lock); a run that lost its lock to another stops with
   safeguards.LockLostError before its next write."""
   workdir = io_lib.absolute(workdir)  # local, or gs://... (every file below goes through evqa_jax.io / epath)
+  safeguards.check_workdir_paths(config, workdir)  # before anything is written
   io_lib.makedirs(workdir)
   with safeguards.workdir_lock(workdir) as lease:
     return _train_and_evaluate(config, workdir, lease)
@@ -272,6 +273,7 @@ def evaluate_checkpoint(config, workdir: str, checkpoint: str | None, splits=Non
   (zero-shot: <split>_zero_shot/), and <workdir>/evaluate_<step<N>|zero_shot>.json; returns
   {"checkpoint", "step", "eval": {split: metrics}}."""
   workdir = io_lib.absolute(workdir)
+  safeguards.check_workdir_paths(config, workdir)  # before anything is written
   task, mesh, rules, batch_shard = _build(config)
   splits = list(splits or config.data.eval_splits)
   _check_eval_splits(task, config, splits, key="--split")
@@ -286,7 +288,9 @@ def evaluate_checkpoint(config, workdir: str, checkpoint: str | None, splits=Non
       raise FileNotFoundError(f"--workdir {workdir} does not exist")
     workdir_lib.check_same_experiment(config, workdir)
     step = resolve_checkpoint(workdir, checkpoint, evaluation.selection(config, task))
-    _, arrays = checkpointing.load_checkpoint_arrays(workdir, step, config.checkpoint.allow_unverified)
+    # "last" of a run still training: the newest finished step when it is read (again if it rotates away meanwhile)
+    step, arrays = checkpointing.load_checkpoint_arrays(workdir, None if checkpoint == "last" else step,
+                                                        config.checkpoint.allow_unverified)
     state = steps_lib.put_params(state, arrays["trainable"], arrays["frozen"], state_shardings)
     tag = f"step{step}"
   train_aux = task.aux_inputs(config.data.train_split)
