@@ -468,49 +468,72 @@ def _bucket_name_problem(bucket: str) -> str | None:
 
 
 class _LastMessage(logging.Handler):
+  """Keeps the last reason gcsfs / google.auth logged (a retry's exception), for the one-line message."""
+
   def __init__(self):
     super().__init__(logging.DEBUG)
     self.last = ""
 
   def emit(self, record):
     text = record.getMessage().strip()
-    if "exception" in text:
-      self.last = text.split("exception:", 1)[-1].strip().splitlines()[0]
+    if "exception:" in text:
+      text = text.split("exception:", 1)[-1].strip()
+    if text and ("exception" in record.getMessage() or record.levelno >= logging.WARNING):
+      self.last = text.splitlines()[0][:200]
+
+
+_PROBE_LOGGERS = ("gcsfs", "google.auth")
 
 
 def _probe_bucket(bucket: str) -> str | None:
-  """Why the gs:// bucket `bucket` cannot be used (missing, no access, no answer within $EVQA_STORAGE_TIMEOUT s: gcsfs
-  would retry with backoff for about a minute), or None. One object listing, bounded in time."""
-  import fsspec  # pylint: disable=g-import-not-at-top
-  from fsspec import asyn  # pylint: disable=g-import-not-at-top
+  """Why the gs:// bucket `bucket` cannot be used (missing, no access, no answer within $EVQA_STORAGE_TIMEOUT s), or
+  None. One object listing; the credential lookup and the request (gcsfs alone retries with backoff for about a
+  minute) run in a thread waited for at most that long. Their log lines are kept for the message, not printed."""
+  import threading  # pylint: disable=g-import-not-at-top
   timeout = float(os.environ.get(STORAGE_TIMEOUT_ENV) or 20)
-  log = logging.getLogger("gcsfs")
   seen = _LastMessage()
-  saved = log.level, log.propagate
-  log.setLevel(logging.DEBUG)  # the retries' reasons, for the message; not printed (the message says it once)
-  log.propagate = False
-  log.addHandler(seen)
+  saved = {}
+  for name in _PROBE_LOGGERS:
+    log = logging.getLogger(name)
+    saved[name] = log.level, log.propagate
+    log.setLevel(logging.DEBUG)
+    log.propagate = False
+    log.addHandler(seen)
+  outcome = []
+
+  def list_one_object():
+    import fsspec  # pylint: disable=g-import-not-at-top
+    try:
+      fs = fsspec.filesystem("gs")
+      fs.call("GET", "b/{}/o", bucket, maxResults=1, json_out=True)  # gcsfs's request call, sync
+      outcome.append(None)
+    except Exception as e:  # pylint: disable=broad-except  (gcsfs, aiohttp and google.auth errors alike)
+      outcome.append(e)
+
+  worker = threading.Thread(target=list_one_object, name="evqa-bucket-check", daemon=True)
   try:
-    fs = fsspec.filesystem("gs")
-    asyn.sync(fs.loop, fs._call, "GET", "b/{}/o", bucket, maxResults=1, json_out=True,  # pylint: disable=protected-access
-              timeout=timeout)
-  except FileNotFoundError:
-    return f"bucket {bucket!r} does not exist"
-  except (asyn.FSTimeoutError, TimeoutError):
-    last = f" (last error: {seen.last})" if seen.last else ""
-    return (f"Cloud Storage did not answer within {timeout:g} s{last}: no network, or a wrong endpoint "
-            f"(${STORAGE_TIMEOUT_ENV} sets the wait)")
-  except Exception as e:  # pylint: disable=broad-except  (gcsfs, aiohttp and google.auth errors alike)
-    text = " ".join(str(e).split())[:300] or type(e).__name__
-    if getattr(e, "code", None) in (401, 403) or "Forbidden" in text or "credentials" in text.lower():
-      return (f"access to bucket {bucket!r} denied ({text}): no credentials, or credentials without access "
-              "(gcloud auth application-default login)")
-    return f"bucket {bucket!r} cannot be reached ({type(e).__name__}: {text})"
+    worker.start()
+    worker.join(timeout)
   finally:
-    log.removeHandler(seen)
-    log.setLevel(saved[0])
-    log.propagate = saved[1]
-  return None
+    for name in _PROBE_LOGGERS:
+      log = logging.getLogger(name)
+      log.removeHandler(seen)
+      log.setLevel(saved[name][0])
+      log.propagate = saved[name][1]
+  if not outcome:
+    last = f" (last error: {seen.last})" if seen.last else ""
+    return (f"Cloud Storage did not answer within {timeout:g} s{last}: no network, no credentials found in time, "
+            f"or a wrong endpoint (${STORAGE_TIMEOUT_ENV} sets the wait)")
+  e = outcome[0]
+  if e is None:
+    return None
+  if isinstance(e, FileNotFoundError):
+    return f"bucket {bucket!r} does not exist"
+  text = " ".join(str(e).split())[:300] or type(e).__name__
+  if getattr(e, "code", None) in (401, 403) or "Forbidden" in text or "credentials" in text.lower():
+    return (f"access to bucket {bucket!r} denied ({text}): no credentials, or credentials without access "
+            "(gcloud auth application-default login)")
+  return f"bucket {bucket!r} cannot be reached ({type(e).__name__}: {text})"
 
 
 _REACHABLE = set()  # buckets checked by this process
