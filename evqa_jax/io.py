@@ -576,10 +576,11 @@ def _named_paths(paths) -> list:
 
 def check_outputs(inputs, outputs, inside_inputs: bool = False) -> None:
   """Refuses to write an output that is an input, holds one, or replaces a file inside an input folder, compared by
-  real path (so a symlink or `..` cannot disguise it). `inputs`: {what it is (e.g. "the input --gt"): path, list of paths
-  or None}; `outputs`: {argument (e.g. "--out"): path or None}. The one guard every command runs before it writes anything;
-  gs:// paths are compared as `storage_address` spells them (`/./`, `//`) and their buckets checked (`check_storage`).
-  `inside_inputs`: an output folder inside an input folder is refused too (training writes files into its workdir)."""
+  `storage_address` (what the storage addresses: a symlink, `..`, `/./`, `//` or a relative path cannot disguise a
+  local file, nor `/./`, `//` or a trailing slash an object). `inputs`: {what it is (e.g. "the input --gt"): path,
+  list of paths or None}; `outputs`: {argument (e.g. "--out"): path or None}. The one guard every command runs before
+  it writes anything; then the buckets of every gs:// path are checked (`check_storage`). `inside_inputs`: an output
+  folder inside an input folder is refused too (training writes files into its workdir)."""
   def address(name, path):
     try:
       return storage_address(path)

@@ -178,7 +178,9 @@ def load_checkpoint_arrays(workdir: str, step: int | None = None, allow_unverifi
   UnverifiedCheckpointError unless `allow_unverified` (config.checkpoint.allow_unverified).
   """
   ckpt_dir = os.path.join(io_lib.absolute(workdir), "checkpoints")
-  for attempt in range(2):  # a run still training deletes old steps (max_to_keep): the newest one is taken again
+  chosen = None
+  while True:  # a run still training deletes old steps (max_to_keep): "newest" is looked up again, once
+    retry = step is None and chosen is None
     steps = checkpoint_steps(ckpt_dir)
     if not steps:
       raise FileNotFoundError(f"{ckpt_dir} holds no checkpoint")
@@ -188,7 +190,7 @@ def load_checkpoint_arrays(workdir: str, step: int | None = None, allow_unverifi
     except Exception as e:  # pylint: disable=broad-except
       if chosen in checkpoint_steps(ckpt_dir):
         raise  # still there: damaged, not deleted
-      if step is None and attempt == 0:
+      if retry:
         print(f"checkpoint step {chosen} was deleted while it was read (the run is still training); reading the "
               "newest finished step instead", flush=True)
         continue
@@ -196,7 +198,6 @@ def load_checkpoint_arrays(workdir: str, step: int | None = None, allow_unverifi
           f"checkpoint {ckpt_dir}/{chosen} was deleted while it was read ({type(e).__name__}): the run is still "
           "training and keeps only config.checkpoint.max_to_keep checkpoints; score a step it keeps (--checkpoint="
           "last), or wait until it finishes") from None
-  raise AssertionError("unreachable")
 
 
 def _load_step_arrays(step_dir: str, allow_unverified: bool) -> dict:
