@@ -49,6 +49,10 @@ def main(argv=None) -> dict:
                       help="import the OVQA authors' META/answer_graph/*.pth instead of building (--k, --hops, "
                            "--min-sim, --top-n, --glove unused)")
   args = parser.parse_args(argv)
+  # The graphs written into --data replace no input (the word vectors, the authors' graphs), under any spelling; a
+  # gs:// bucket that cannot be used is named with its flag.
+  evqa_io.check_outputs({"the input --glove": args.glove, "the input --authors-graph": args.authors_graph},
+                        {"--data": [os.path.join(args.data, f"graph_{split}.npz") for split in ("train", "test")]})
 
   vocab = read_vocab(os.path.join(args.data, "vocab.json"))
   t0 = time.time()

@@ -165,6 +165,9 @@ def test_storage_that_cannot_be_used_is_one_line_naming_the_flag(gcs, tmp_path, 
   code, err = _run(ovqa_eval.main, ok + ["--out", "gs://no-such-bucket/m.json"], capsys)
   _one_line_error(code, err, "--out gs://no-such-bucket/m.json: bucket 'no-such-bucket' does not exist")
   assert not (tmp_path / "m2.json").exists()
+  from data_prep import answer_graphs
+  code, err = _run(answer_graphs.main, ["--data", "gs://no-such-bucket/ovqa"], capsys)
+  _one_line_error(code, err, "--data gs://no-such-bucket/ovqa/graph_train.npz: bucket 'no-such-bucket' does not exist")
   # A name Cloud Storage refuses: said without asking the store.
   code, err = _run(ovqa_eval.main, ok + ["--out", "gs://My_Bucket!/m.json"], capsys)
   _one_line_error(code, err, "--out gs://My_Bucket!/m.json: 'My_Bucket!' is not a Cloud Storage bucket name")
