@@ -4,11 +4,15 @@ storage that cannot be used is one line naming the flag or config key (`io.check
 `--checkpoint=last` of a run still training reads a finished step even as old ones rotate away
 (`checkpointing.load_checkpoint_arrays`). Every guard here fires before training, so no run is trained."""
 
+import contextlib
 import csv
+import http.server
+import json
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -148,6 +152,35 @@ def _closed_port() -> int:
     return s.getsockname()[1]  # closed again when the block ends: connections are refused
 
 
+@contextlib.contextmanager
+def _no_credentials_endpoint():
+  """A Cloud Storage endpoint on 127.0.0.1 that answers every request as the real one answers an anonymous caller
+  (no credentials) on a private bucket: 401 with Cloud Storage's JSON error."""
+  body = json.dumps({"error": {"code": 401, "message": "Anonymous caller does not have storage.objects.list access "
+                               "to the Google Cloud Storage bucket. Permission 'storage.objects.list' denied on "
+                               "resource (or it may not exist)."}}).encode()
+
+  class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):  # noqa: N802
+      self.send_response(401)
+      self.send_header("Content-Type", "application/json")
+      self.send_header("Content-Length", str(len(body)))
+      self.end_headers()
+      self.wfile.write(body)
+
+    def log_message(self, *args):
+      pass
+
+  server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+  thread = threading.Thread(target=server.serve_forever, daemon=True)
+  thread.start()
+  try:
+    yield server.server_address[1]
+  finally:
+    server.shutdown()
+    server.server_close()
+
+
 def test_storage_that_cannot_be_used_is_one_line_naming_the_flag(gcs, tmp_path, capsys, monkeypatch):
   del gcs
   from evqa_jax.evaluate import ovqa as ovqa_eval
@@ -185,6 +218,13 @@ def test_storage_that_cannot_be_used_is_one_line_naming_the_flag(gcs, tmp_path, 
   _one_line_error(code, err, "the input --test-csv gs://unreachable-bucket/t.csv: Cloud Storage did not answer "
                   "within 3 s")
   assert took < 10, took
+  # No credentials: Cloud Storage answers an anonymous caller 401 (gcsfs falls back to anonymous access).
+  with _no_credentials_endpoint() as port, gcs_emulator.this_process_pointed_at(gcs_emulator.client_env(port)):
+    code, err = _run(ovqa_eval.main, ["--test-csv", "gs://private-bucket/t.csv", *ok[2:],
+                                      "--out", tmp_path / "m4.json"], capsys)
+  _one_line_error(code, err, "the input --test-csv gs://private-bucket/t.csv: access to bucket 'private-bucket' "
+                  "denied (", "no credentials")
+  assert not any((tmp_path / f"m{i}.json").exists() for i in (2, 3, 4))
 
 
 # ------------------------------------------------------------------------ 9. --checkpoint=last of a running trainer
