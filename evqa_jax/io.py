@@ -560,6 +560,15 @@ def check_storage(paths) -> None:
     _REACHABLE.add(bucket)
 
 
+def _same_file(a: str, b: str) -> bool:
+  """Two existing local paths naming one file (device and inode): a hard link, or another letter case on a
+  case-insensitive disk, which no spelling rule sees."""
+  try:
+    return not is_uri(a) and not is_uri(b) and os.path.samefile(a, b)
+  except OSError:
+    return False
+
+
 def _within(path: str, folder: str) -> bool:
   return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
@@ -591,7 +600,7 @@ def check_outputs(inputs, outputs, inside_inputs: bool = False) -> None:
   for out_name, out in _named_paths(outputs):
     real_out = address(out_name, out)
     for in_name, path, real_in in ins:
-      if _within(real_in, real_out):
+      if _within(real_in, real_out) or _same_file(real_in, real_out):
         raise ValueError(f"{out_name} {out} is or holds {in_name} {path}: writing it would destroy the input. "
                          f"Choose another {out_name}")
       if os.path.isdir(real_in) and _within(real_out, real_in) and os.path.isfile(real_out):

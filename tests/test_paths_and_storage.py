@@ -72,7 +72,10 @@ def test_one_object_under_two_spellings_is_one_object(tmp_path, capsys, monkeypa
     csv.writer(f).writerows([["answer"], ["dog"]])
   (tmp_path / "d" / "p.csv").write_text("index,prediction\n0,dog\n")
   kept = (tmp_path / "d" / "test.csv").read_bytes()
-  for out in ("d/test.csv", f"{tmp_path}/d/../d/test.csv", f"{tmp_path}/./d//test.csv", "link/test.csv"):
+  os.link(tmp_path / "d" / "test.csv", tmp_path / "hard.csv")  # one file, two names (so is another letter case
+  # on a case-insensitive disk)
+  for out in ("d/test.csv", f"{tmp_path}/d/../d/test.csv", f"{tmp_path}/./d//test.csv", "link/test.csv",
+              "hard.csv"):
     code, err = _run(ovqa_eval.main, ["--test-csv", tmp_path / "d" / "test.csv", "--pred", "d/p.csv",
                                       "--out", out], capsys)
     _one_line_error(code, err, f"--out {out} is or holds the input --test-csv")
