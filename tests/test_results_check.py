@@ -3,6 +3,7 @@ a rerun matches to the printed digits, a changed printed digit is caught and nam
 are not compared. The demo tables themselves are rechecked only on request: `pytest -m demo`
 (tests/test_demo_results.py)."""
 
+import glob
 import json
 import os
 import subprocess
@@ -41,22 +42,26 @@ def test_record_holds_command_commit_and_printed_files(recorded):
   rec = json.loads((recorded / "record.json").read_text())
   assert rec["command"] == COMMAND and rec["printed"] == PRINTED
   assert "commit" in rec and "dirty" in rec  # the checkout's code version (a git checkout runs the tests)
-  assert rec["cpu"] == results.cpu_model()  # XLA's CPU code differs between processors
+  assert rec["cpu"] == results.cpu_model() and rec["machine"] == results.machine()  # XLA's code differs by CPU
   final = json.loads((recorded / "final_metrics.json").read_text())
   assert final["step"] == 2 and 0.0 <= final["eval"]["test"]["mAcc"] <= 100.0
 
 
-def test_check_names_a_different_cpu(recorded, tmp_path, capsys):
+def test_check_compares_with_the_record_of_this_cpu_class(recorded, tmp_path, capsys):
+  rec = json.loads((recorded / "record.json").read_text())
+  assert results.check(str(recorded), workdir=str(recorded)) == []
+  assert f"comparing every printed number with {recorded}, recorded on your CPU's class" in capsys.readouterr().out
+  # The same table recorded on another class of CPU, without stated ranges: compared, the CPU named as a cause.
   folder = tmp_path / "other_cpu"
   folder.mkdir()
-  rec = json.loads((recorded / "record.json").read_text())
   for name in rec["printed"]:
     (folder / name).write_text((recorded / name).read_text())
-  (folder / "record.json").write_text(json.dumps(dict(rec, cpu="Some Other CPU")))
-  assert results.check(str(folder), workdir=str(recorded)) == []  # the same files: no mismatch, but a note
-  assert "note: recorded on CPU 'Some Other CPU', checking on" in capsys.readouterr().out
-  assert results.check(str(recorded), workdir=str(recorded)) == []
-  assert "recorded on CPU" not in capsys.readouterr().out
+  other = {"vendor": "GenuineIntel" if results.machine().get("vendor") != "GenuineIntel" else "AuthenticAMD",
+           "simd": "avx2", "cpu_family": 6, "model": "Some Other CPU"}
+  (folder / "record.json").write_text(json.dumps(dict(rec, machine=other)))
+  assert results.check(str(folder), workdir=str(recorded)) == []
+  out = capsys.readouterr().out
+  assert "no record of this table was made on your CPU's class" in out and "a difference may come from the CPU" in out
 
 
 def test_rerun_matches_and_a_changed_digit_is_named(recorded, env, tmp_path):
@@ -64,7 +69,7 @@ def test_rerun_matches_and_a_changed_digit_is_named(recorded, env, tmp_path):
   out = subprocess.run([sys.executable, "launch/check_results.py", str(recorded)], cwd=REPO, env=env,
                        capture_output=True, text=True, timeout=900)
   assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-  assert out.stdout.strip().endswith(f"{recorded}: OK, every printed number matches")
+  assert out.stdout.strip().endswith(f"{recorded}: OK")
 
   # Compare against the committed copy itself, changed in and beyond the printed digits.
   rerun = tmp_path / "rerun"
@@ -105,3 +110,116 @@ def test_same_code_compares_code_paths_of_commits():
   assert not results.same_code(head, dict(head, dirty=True))
   assert not results.same_code(head, {})
   assert not results.same_code(head, {"commit": "0" * 40, "dirty": False})
+
+
+# ---------------------------------------- the README's check (docs/results/ovqa_heads) on runs of the main command
+
+HEADS = os.path.join(REPO, "docs", "results", "ovqa_heads")
+POINTS = ("cvqa", "frozenbilm_plus", "frozenbilm_plus_gnn")
+
+
+def _run_folder(tmp_path, source, name="run", **changes):
+  """A run folder of the main command holding `source`'s committed final metrics, with `changes`
+  ({point: {metric: value}}) applied to eval.test."""
+  run = tmp_path / name
+  for point in POINTS:
+    final = json.loads(open(os.path.join(source, point, "final_metrics.json")).read())
+    final["eval"]["test"].update(changes.get(point, {}))
+    (run / point).mkdir(parents=True)
+    (run / point / "final_metrics.json").write_text(json.dumps(final))
+  return str(run)
+
+
+def _readme_main(run):
+  """The README's command, `python launch/check_results.py docs/results/ovqa_heads --workdir=RUN`, in-process."""
+  return results.main([HEADS, f"--workdir={run}"])
+
+
+def test_readme_check_passes_a_run_equal_to_the_record_of_its_cpu_class(tmp_path, monkeypatch, capsys):
+  tables = results.table_records(HEADS)
+  assert len(tables) >= 2  # the Intel Xeon record and the AMD one, both of the README's command
+  for i, table in enumerate(tables):
+    m = json.loads(open(os.path.join(table, "record.json")).read())["machine"]
+    monkeypatch.setattr(results, "machine", lambda m=m: dict(m, model="x"))
+    run = _run_folder(tmp_path, table, f"run{i}")
+    assert _readme_main(run) == 0, capsys.readouterr().out
+    assert f"comparing every printed number with {table}" in capsys.readouterr().out
+    # A run that differs from its class's record in one printed digit is named, even where it is in the ranges.
+    final = json.loads(open(os.path.join(run, "frozenbilm_plus_gnn", "final_metrics.json")).read())
+    bad = results.check(HEADS, _run_folder(tmp_path, table, f"bad{i}", frozenbilm_plus_gnn={
+        "mAcc": final["eval"]["test"]["mAcc"] + 0.01}))
+    assert [b for b in bad if b.startswith("MISMATCH")] == [
+        f"MISMATCH frozenbilm_plus_gnn/final_metrics.json eval.test.mAcc: committed "
+        f"{final['eval']['test']['mAcc']:.2f}, rerun {final['eval']['test']['mAcc'] + 0.01:.2f}"]
+
+
+def test_readme_check_on_a_cpu_without_a_record_holds_the_run_to_the_stated_ranges(tmp_path, monkeypatch, capsys):
+  monkeypatch.setattr(results, "machine", lambda: {"vendor": "GenuineIntel", "simd": "avx2", "model": "Intel Core"})
+  for i, table in enumerate(results.table_records(HEADS)):  # every recorded CPU's run is within what the docs state
+    assert _readme_main(_run_folder(tmp_path, table, f"run{i}")) == 0
+    assert "checking the ranges and orderings the docs state for every CPU" in capsys.readouterr().out
+  # The Zen 3 (AVX2) figures docs/results.md gives, at the bounds of the README's ranges: a pass.
+  zen3 = {"cvqa": {"mAcc": 28.15, "unseen": 0.0}, "frozenbilm_plus": {"mAcc": 84.49, "unseen": 50.0},
+          "frozenbilm_plus_gnn": {"mAcc": 71.34, "unseen": 30.0}}
+  assert results.check(HEADS, _run_folder(tmp_path, HEADS, "zen3", **zen3)) == []
+  bad = results.check(HEADS, _run_folder(tmp_path, HEADS, "bad", cvqa={"unseen": 1.0, "mAcc": 60.0},
+                                         frozenbilm_plus={"mAcc": 63.94}))
+  assert bad == [
+      "BROKEN cvqa/final_metrics.json eval.test.mAcc: 60.0, outside the range 27.7-28.5 the docs state",
+      "BROKEN cvqa/final_metrics.json eval.test.unseen: 1, outside the range 0-0 the docs state",
+      "BROKEN frozenbilm_plus/final_metrics.json eval.test.mAcc: 63.9, outside the range 64.0-84.5 the docs state",
+      "BROKEN cvqa/final_metrics.json eval.test.mAcc 60.00 is not 20 or more below "
+      "frozenbilm_plus/final_metrics.json's 63.94"]
+  assert _readme_main(_run_folder(tmp_path, HEADS, "missing")) == 0
+  os.remove(os.path.join(tmp_path, "missing", "cvqa", "final_metrics.json"))
+  assert _readme_main(str(tmp_path / "missing")) == 1
+  assert "BROKEN cvqa/final_metrics.json: not written by the run" in capsys.readouterr().out
+
+
+def test_the_stated_ranges_are_the_readmes_table():
+  """The record's "expect" is the README's "What to expect on your CPU" table, row by row."""
+  readme = open(os.path.join(REPO, "README.md")).read()
+  rows = {}
+  for line in readme.splitlines():
+    cells = [c.strip() for c in line.strip().strip("|").split("|")]
+    if len(cells) == 3 and cells[0] in POINTS:
+      rows[cells[0]] = [tuple(float(x) for x in c.split("-")) if "-" in c else (float(c), float(c)) for c in cells[1:]]
+  expect = json.loads(open(os.path.join(HEADS, "record.json")).read())["expect"]
+  ranges = {(r["file"].split("/")[0], r["key"]): (r["min"], r["max"]) for r in expect["ranges"]}
+  assert ranges == {(p, k): rows[p][i] for p in POINTS for i, k in enumerate(("eval.test.mAcc", "eval.test.unseen"))}
+  assert [(b["file"], b["above_file"]) for b in expect["below"]] == [
+      ("cvqa/final_metrics.json", f"{p}/final_metrics.json") for p in POINTS[1:]]
+
+
+# --------------------------------------------------- a record chooses nothing to run but this project's launchers
+
+@pytest.mark.parametrize("command", [
+    ["sh", "-c", "touch {workdir}/MARKER"],
+    ["python", "-c", "open('MARKER', 'w')", "--workdir={workdir}"],
+    ["python", "data_prep/fixtures.py", "--config=configs/violin.py", "--workdir={workdir}"],
+    ["python", "launch/train.py", "--config=/tmp/evil.py", "--workdir={workdir}"],
+    ["python", "launch/train.py", "--config=configs/../tests/conftest.py", "--workdir={workdir}"],
+    ["python", "launch/train.py", "--config=configs/violin.py:demo", "--workdir={workdir}", "extra.py"],
+    ["python", "launch/train.py", "--config=configs/violin.py:demo", "--workdir={workdir}",
+     "--config.trust_pickles=True"],
+    ["python", "launch/sweep.py", "--config=configs/violin.py:demo", "--workdir={workdir}", "--flagfile=f.txt"],
+    ["python", "launch/train.py", "--config=configs/violin.py:demo", "--workdir=/tmp/elsewhere"],
+    "python launch/train.py --config=configs/violin.py:demo --workdir={workdir}",
+], ids=lambda c: " ".join(c)[:60] if isinstance(c, list) else "a string")
+def test_a_record_that_names_another_program_is_refused_unrun(tmp_path, command):
+  folder = tmp_path / "downloaded"
+  folder.mkdir()
+  (folder / "record.json").write_text(json.dumps({"command": command, "printed": {}}))
+  with pytest.raises(ValueError, match=r"record.json: refusing to run"):
+    results.check(str(folder))
+  out = subprocess.run([sys.executable, os.path.join(REPO, "launch", "check_results.py"), str(folder)], cwd=str(tmp_path),
+                       env=dict(os.environ, PYTHONPATH=REPO), capture_output=True, text=True, timeout=120)
+  assert out.returncode == 2 and out.stdout == "" and len(out.stderr.strip().splitlines()) == 1, out.stderr
+  assert f"{folder}/record.json: refusing to run" in out.stderr
+  assert not any(p.name == "MARKER" for p in tmp_path.rglob("*")) and not os.path.exists(os.path.join(REPO, "MARKER"))
+
+
+def test_the_shipped_records_are_launch_commands():
+  for table in sorted(glob.glob(os.path.join(REPO, "docs", "results", "*", "record.json"))):
+    command = json.loads(open(table).read())["command"]
+    assert results.checked_command(command, table) == command
