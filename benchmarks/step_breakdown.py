@@ -289,4 +289,7 @@ if __name__ == "__main__":
   flags.DEFINE_string("hlo_out", None, "Also write the optimized HLO text here.")
   flags.DEFINE_bool("markdown", False, "Print Markdown tables after the JSON line.")
   flags.mark_flags_as_required(["config"])
-  app.run(main)
+  from evqa_jax import cli
+  from evqa_jax.train import overrides
+  overrides.exit_on_bad_overrides(sys.argv[1:])
+  sys.exit(cli.run_absl(main))

@@ -30,8 +30,12 @@ def variants_help() -> str:
   `configs/ovqa_msrvtt.py: authors_eps, baseline, ...` (combine them: `--config=configs/ovqa_msrvtt.py:demo,small`)."""
   lines = []
   for name in config_files():
-    module = importlib.import_module(f"configs.{name[:-3]}")
-    lines.append(f"configs/{name}: {', '.join(sorted(module.VARIANTS))}")
+    try:
+      module = importlib.import_module(f"configs.{name[:-3]}")
+      variants = ", ".join(sorted(module.VARIANTS))
+    except Exception as e:  # noqa: BLE001 - one broken file must not stop every launch: it is named, not raised
+      variants = f"(cannot list its variants: {type(e).__name__}: {' '.join(str(e).split())})"
+    lines.append(f"configs/{name}: {variants}")
   return "\n".join(lines)
 
 

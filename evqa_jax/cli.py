@@ -49,8 +49,27 @@ def run(main: Callable, argv: Optional[Sequence[str]] = None) -> int:
   return status if isinstance(status, int) else 0
 
 
+HELP_FLAGS = ("help", "helpshort", "helpfull", "helpxml", "?")
+
+
+def asks_help(argv: Sequence[str]) -> bool:
+  """Whether argv (before any "--") holds one of absl's help flags (--help, -h, --helpfull, ...)."""
+  argv = list(argv)
+  own = argv[:argv.index("--")] if "--" in argv else argv
+  return any(a.lstrip("-").split("=")[0] in HELP_FLAGS for a in own if a.startswith("-"))
+
+
 def run_absl(main: Callable, argv: Optional[Sequence[str]] = None) -> int:
-  """`run` for an absl entry point (`app.run(main)`): flags parsed by absl, errors as in `run`."""
+  """`run` for an absl entry point (`app.run(main)`): flags parsed by absl, errors as in `run`; a help flag prints
+  the help and exits 0 (absl's own help flags exit 1)."""
   from absl import app  # pylint: disable=g-import-not-at-top
   argv = list(sys.argv if argv is None else argv)
-  return run(lambda rest: app.run(main, argv=[argv[0], *rest]), argv[1:])
+
+  def call(rest):
+    try:
+      return app.run(main, argv=[argv[0], *rest])
+    except SystemExit as e:
+      if e.code == 1 and asks_help(rest):
+        return 0
+      raise
+  return run(call, argv[1:])

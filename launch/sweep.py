@@ -67,5 +67,7 @@ def main(argv):
 
 if __name__ == "__main__":
   _argv, _POINT_OVERRIDES[:] = split_point_overrides(sys.argv)
+  from evqa_jax.train import overrides
+  overrides.exit_on_bad_overrides(sys.argv[1:])  # before any point runs: the config loads, its keys exist
   from evqa_jax import cli
   sys.exit(cli.run_absl(main, _argv))

@@ -182,8 +182,9 @@ def test_override_check_accepts_existing_keys():
 
 def test_unknown_config_variant_is_named(tmp_path):
   out = _launch("--config=configs/ovqa_msrvtt.py:demo,smal", f"--workdir={tmp_path}")
-  assert out.returncode != 0
-  assert "smal" in out.stderr and "unknown variant" in out.stderr, out.stderr[-2000:]
+  assert out.returncode == 2 and out.stderr.startswith(  # one line, no absl FATAL traceback (tests/test_config_loading.py)
+      "error: --config=configs/ovqa_msrvtt.py:demo,smal: unknown variant(s) ['smal']; known: "), out.stderr[-2000:]
+  assert len(out.stderr.splitlines()) == 1 and not os.listdir(tmp_path)
 
 
 def test_nan_loss_stops_with_the_step_and_workdir(world, tmp_path):

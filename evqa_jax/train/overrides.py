@@ -1,4 +1,5 @@
-"""A readable error for `--config.<key>=value` overrides that name no config field, before absl parses the flags.
+"""A readable error for a `--config=` file that does not load and for `--config.<key>=value` overrides that name no
+config field, before absl parses the flags.
 
 config_flags reports such a key with a traceback from deep inside ml_collections; `check_overrides(argv)` loads the
 `--config=` file the same way and returns one line per bad key, naming the key, the config file and the closest
@@ -34,24 +35,47 @@ def _override_keys(argv: Sequence[str]) -> list:
   return keys
 
 
-def load_config_module(spec: str, name: str = "_evqa_config"):
-  """The Python module of a `--config=configs/x.py[:variant]` file (the variant is ignored here)."""
+def _config_error(spec: str, e: BaseException) -> ValueError:
+  """One line naming the --config file (and variant) for anything loading it raised."""
   path = spec.split(":")[0]
-  if not os.path.exists(path):
-    raise FileNotFoundError(f"--config file {path} does not exist")
+  text = " ".join(str(e).split()) or type(e).__name__
+  text = text[len(path) + 2:] if text.startswith(f"{path}: ") else text
+  if not isinstance(e, (ValueError, OSError)):
+    text = f"{type(e).__name__}: {text}"
+  return ValueError(f"--config={spec}: {text}")
+
+
+def load_config_module(spec: str, name: str = "_evqa_config"):
+  """The Python module of a `--config=configs/x.py[:variant]` file (the variant is ignored here); anything that
+  stops it loading (a syntax error, a failing import) is a ValueError naming the file."""
+  path = spec.split(":")[0]
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f"--config file {path} does not exist" if not os.path.exists(path)
+                            else f"--config file {path} is not a file")
   if REPO not in sys.path:
     sys.path.insert(0, REPO)
-  module_spec = importlib.util.spec_from_file_location(name, path)
-  module = importlib.util.module_from_spec(module_spec)
-  module_spec.loader.exec_module(module)
+  try:
+    module_spec = importlib.util.spec_from_file_location(name, path)
+    if module_spec is None or module_spec.loader is None:
+      raise ValueError(f"{path}: not a Python config file (configs/<name>.py)")
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+  except Exception as e:  # noqa: BLE001 - a config file is code; whatever it raises is reported as one line
+    raise _config_error(spec, e) from e
   return module
 
 
 def load_config(spec: str):
-  """`configs/x.py[:variant]` -> the ConfigDict its `get_config(variant)` returns (what config_flags loads)."""
+  """`configs/x.py[:variant]` -> the ConfigDict its `get_config(variant)` returns (what config_flags loads); a missing
+  get_config, an unknown variant or anything else get_config raises is a ValueError naming the file and variant."""
   arg = spec.partition(":")[2]
   module = load_config_module(spec)
-  return module.get_config(arg) if arg else module.get_config()
+  if not callable(getattr(module, "get_config", None)):
+    raise ValueError(f"--config={spec}: {spec.split(':')[0]} defines no get_config()")
+  try:
+    return module.get_config(arg) if arg else module.get_config()
+  except Exception as e:  # noqa: BLE001
+    raise _config_error(spec, e) from e
 
 
 def _fields(node, prefix: str = "") -> list:
@@ -67,16 +91,19 @@ def _fields(node, prefix: str = "") -> list:
 
 
 def check_overrides(argv: Sequence[str]) -> list:
-  """Messages for the `--config.` keys of `argv` that the `--config=` file does not define ([] if all exist or there
-  is no --config flag; errors loading the file itself are left to config_flags, which reports them)."""
+  """Messages for a `--config=` file that does not load (missing, broken, no get_config, unknown variant: one message
+  naming the file and variant) or for the `--config.` keys of `argv` that it does not define ([] if all is well or
+  there is no --config flag)."""
   spec = _config_spec(argv)
-  keys = _override_keys(argv)
-  if not spec or not keys:
+  if not spec:
     return []
   try:
     config = load_config(spec)
-  except Exception:  # noqa: BLE001 - config_flags reports a broken config file with its own traceback
-    return []
+  except ValueError as e:
+    return [str(e)]
+  except OSError as e:
+    return [" ".join(str(e).split())]
+  keys = _override_keys(argv)
   fields = _fields(config)
   errors = []
   for key in keys:
