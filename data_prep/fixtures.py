@@ -5,7 +5,9 @@ tried (and is tested) without the real download.
 
 writes DIR/<paper>/ with the files laid out as the releases ship them (the command prints the tree and the paths to
 pass to the real-data commands of docs/<paper>.md). The OVQA files are torch.save'd `.pth` files as released, so
-`--paper ovqa` needs torch (CPU wheel: `pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu`).
+`--paper ovqa` needs torch (CPU wheel: `pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu`);
+without torch the default writes VIOLIN and E-VQA and says so. Everything else, the E-VQA chain's tiny Hugging Face
+CLIP folder included, is written with numpy.
 
 Each builder writes the exact layout, file names, key names and dtypes of one release at toy sizes; its docstring
 says where that layout comes from (the authors' loader code read for this module). Nothing here is downloaded.
@@ -24,6 +26,8 @@ says where that layout comes from (the authors' loader code read for this module
   evqa_release          ST-Evidence: st_evidence_gen.csv, videos_6fps/*.mp4, masks/, and the MCQ files
   evqa_instruct         ST-Evidence-Instruct: gen_mask/ (CSV, polygon/RLE JSON masks, frame_%04d.jpg frames) and
                         gen_qa/vicas/ (CSV with mask_evidence, ViCaS annotations, frames)
+  clip_vision_dir       Hugging Face openai/clip-vit-base-patch16 vision tower folder (config.json,
+                        model.safetensors) at toy sizes, written without torch
 """
 
 from __future__ import annotations
@@ -705,6 +709,45 @@ def evqa_instruct(root: str, height: int = 24, width: int = 32, seed: int = 3) -
   return {"dir": root, "gen_mask": gen, "vicas": vicas, "masks": masks}
 
 
+# The tiny CLIP of the E-VQA chain (docs/evqa.md): frames of --frame-size 32 32, patches of 8.
+TINY_CLIP = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=32,
+                 patch_size=8, num_channels=3, hidden_act="quick_gelu", layer_norm_eps=1e-5)
+
+
+def clip_vision_dir(path: str, seed: int = 3, **shape) -> dict:
+  """A Hugging Face `CLIPVisionModel` folder (openai/clip-vit-base-patch16's vision tower as `save_pretrained`
+  writes it) at toy sizes with random weights: config.json (model_type clip_vision_model) and model.safetensors,
+  every tensor under its Hugging Face name ("vision_model.encoder.layers.0.self_attn.q_proj.weight", torch layouts:
+  Linear weights [out, in], the patch Conv2d [D, 3, p, p]). Written with numpy: no torch needed.
+  Returns {"path", "config"}."""
+  from safetensors.numpy import save_file
+  cfg = dict(TINY_CLIP, **shape)
+  d, i, p, c = cfg["hidden_size"], cfg["intermediate_size"], cfg["patch_size"], cfg["num_channels"]
+  rng = np.random.default_rng(seed)
+  t = lambda *s: (0.02 * rng.normal(size=s)).astype(np.float32)  # noqa: E731
+  norm = lambda: {"weight": (1 + 0.1 * rng.normal(size=d)).astype(np.float32), "bias": t(d)}  # noqa: E731
+  sd = {"embeddings.class_embedding": t(d), "embeddings.patch_embedding.weight": t(d, c, p, p),
+        "embeddings.position_embedding.weight": t((cfg["image_size"] // p) ** 2 + 1, d)}
+  for name in ("pre_layrnorm", "post_layernorm"):
+    sd.update({f"{name}.{k}": v for k, v in norm().items()})
+  for layer in range(cfg["num_hidden_layers"]):
+    pre = f"encoder.layers.{layer}"
+    for name in ("q_proj", "k_proj", "v_proj", "out_proj"):
+      sd[f"{pre}.self_attn.{name}.weight"], sd[f"{pre}.self_attn.{name}.bias"] = t(d, d), t(d)
+    sd[f"{pre}.mlp.fc1.weight"], sd[f"{pre}.mlp.fc1.bias"] = t(i, d), t(i)
+    sd[f"{pre}.mlp.fc2.weight"], sd[f"{pre}.mlp.fc2.bias"] = t(d, i), t(d)
+    for name in ("layer_norm1", "layer_norm2"):
+      sd.update({f"{pre}.{name}.{k}": v for k, v in norm().items()})
+  os.makedirs(path, exist_ok=True)
+  save_file({f"vision_model.{k}": v for k, v in sd.items()}, os.path.join(path, "model.safetensors"),
+            metadata={"format": "pt"})
+  config = dict(cfg, model_type="clip_vision_model", architectures=["CLIPVisionModel"], attention_dropout=0.0,
+                initializer_range=0.02, initializer_factor=1.0, projection_dim=d, torch_dtype="float32")
+  with open(os.path.join(path, "config.json"), "w") as f:
+    json.dump(config, f, indent=2, sort_keys=True)
+  return {"path": path, "config": config}
+
+
 # Just Ask's checkpoint in the OVQA fixture: the multi-modal transformer at toy width (docs/justask.md passes the
 # matching --config.model.* overrides).
 JUSTASK_FIXTURE = dict(d_model=32, n_layers=2, ff_dim=64, question_len=20, num_frames=20, feature_dim=1024)
@@ -746,9 +789,11 @@ def write_evqa(root: str) -> dict:
   """ST-Evidence: root/st_evidence_gen/ (CSV, 6 fps videos, masks) and root/st_evidence_mcq/ (the MCQ files), and
   ST-Evidence-Instruct: root/st-evidence-instruct/{gen_mask, gen_qa/vicas}/."""
   instruct = evqa_instruct(os.path.join(root, "st-evidence-instruct"))
-  return {"dir": evqa_release(root)["dir"], "instruct": instruct["dir"]}
+  clip = clip_vision_dir(os.path.join(root, "models", "clip-vit-tiny"))
+  return {"dir": evqa_release(root)["dir"], "instruct": instruct["dir"], "clip": clip["path"]}
 
 
+TORCH_INSTALL = "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
 PAPERS = {"ovqa": write_ovqa, "violin": write_violin, "evqa": write_evqa}
 
 
@@ -758,8 +803,17 @@ def main(argv=None) -> None:
   parser = argparse.ArgumentParser(prog="python -m data_prep.fixtures", description=__doc__.split("\n\n")[0],
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--out", required=True, help="a new (or empty) folder; DIR/<paper>/ per paper")
-  parser.add_argument("--paper", nargs="+", choices=sorted(PAPERS), default=sorted(PAPERS))
+  parser.add_argument("--paper", nargs="+", choices=sorted(PAPERS),
+                      help=f"default: {' '.join(sorted(PAPERS))} (without torch: all but ovqa, said so)")
   args = parser.parse_args(argv)
+  if args.paper is None:
+    args.paper = sorted(PAPERS)
+    try:
+      import torch  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+    except ImportError:
+      args.paper.remove("ovqa")
+      print(f"ovqa: not written here: its .pth files are torch.save'd as released, which needs torch ({TORCH_INSTALL}"
+            "); then add it with --paper ovqa", flush=True)
   from evqa_jax import io as evqa_io  # pylint: disable=g-import-not-at-top
   if evqa_io.is_uri(args.out):  # refused, not written to a local folder named "gs:"
     parser.error(f"--out {args.out}: the fixtures are release-shaped inputs, and the converters read their inputs "
@@ -773,8 +827,8 @@ def main(argv=None) -> None:
     try:
       import torch  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
     except ImportError:
-      parser.error("--paper ovqa writes torch.save'd .pth files as the releases ship them and needs torch: pip "
-                   "install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu (or leave out ovqa)")
+      parser.error(f"--paper ovqa writes torch.save'd .pth files as the releases ship them and needs torch: "
+                   f"{TORCH_INSTALL} (or leave out ovqa)")
   os.makedirs(out, exist_ok=True)
   for paper in args.paper:
     tmp = tempfile.mkdtemp(prefix=f".{paper}.", suffix=".tmp", dir=out)  # whole or nothing: renamed when complete

@@ -403,3 +403,33 @@ def test_grouped_evidence_norm_normalises_feature_and_silhouette_apart_and_passe
     evidence_heads.AnswerHead(16, evidence_norm="grouped").init(jax.random.key(0), h, jnp.asarray(e), valid)
   with pytest.raises(ValueError, match="config.model.evidence_norm"):
     evidence_heads.AnswerHead(16, evidence_norm="per_group").init(jax.random.key(0), h, jnp.asarray(e), valid)
+
+
+def test_fixture_clip_folder_is_hugging_faces_layout_written_without_torch(tmp_path):
+  """`python -m data_prep.fixtures --paper evqa`'s CLIP folder (the E-VQA chain's clip_dir) is written with torch
+  unimportable; Hugging Face's CLIPVisionModel loads it with no missing or unexpected key, and our import of it
+  computes the same outputs."""
+  import subprocess
+  import sys
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  path = str(tmp_path / "clip")
+  code = ("import sys; sys.modules['torch'] = None; from data_prep import fixtures; "
+          f"fixtures.clip_vision_dir({path!r}); print('imported torch:', 'torch' in sys.modules and "
+          "sys.modules['torch'] is not None)")
+  out = subprocess.run([sys.executable, "-c", code], cwd=repo, env=dict(os.environ, PYTHONPATH=repo),
+                       capture_output=True, text=True, timeout=120)
+  assert out.returncode == 0 and out.stdout.strip() == "imported torch: False", out.stderr[-2000:]
+  assert sorted(os.listdir(path)) == ["config.json", "model.safetensors"]
+  torch = pytest.importorskip("torch")
+  from transformers import CLIPVisionModel
+  hf_model, info = CLIPVisionModel.from_pretrained(path, output_loading_info=True)
+  assert not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys", "error_msgs")), info
+  cfg = clip_vision.CLIPVisionConfig.from_hf_dir(path)
+  assert (cfg.hidden_size, cfg.num_hidden_layers, cfg.image_size, cfg.patch_size) == (16, 1, 32, 8)
+  params, report = clip_vision.load_hf_params(cfg, path)
+  assert not report.missing and not report.unused
+  x = np.random.RandomState(1).randn(2, 3, 32, 32).astype(np.float32)
+  with torch.no_grad():
+    ref = hf_model.eval()(pixel_values=torch.from_numpy(x))
+  out = jax.jit(clip_vision.CLIPVisionModel(cfg).apply)({"params": params}, jnp.asarray(x.transpose(0, 2, 3, 1)))
+  np.testing.assert_allclose(np.asarray(out["last_hidden_state"]), ref.last_hidden_state.numpy(), atol=1e-5, rtol=0)
