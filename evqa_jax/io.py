@@ -14,6 +14,38 @@ import shutil
 import tempfile
 
 
+# The install lines that bring the optional pieces (setup.py's extras), named by every "missing" message.
+TORCH_INSTALL = "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
+GCSFS_INSTALL = "pip install -e '.[gcs]'"
+
+
+def import_torch(what: str):
+  """torch, or ImportError saying that `what` needs it and the line that installs it (the README's install has
+  none: torch is only for reading .pth files and the parity tests)."""
+  try:
+    import torch  # pylint: disable=g-import-not-at-top
+  except ImportError as e:
+    raise ImportError(f"{what} needs torch, which is not installed: {TORCH_INSTALL} (the CPU build; "
+                      f"pip install -e '.[test]' brings it too)") from e
+  return torch
+
+
+def _name_gcsfs_install() -> None:
+  """Where gcsfs is not installed, fsspec's error for a gs:// path names the line that installs it (fsspec's own
+  says only "Please install gcsfs")."""
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  if importlib.util.find_spec("gcsfs") is not None or importlib.util.find_spec("fsspec") is None:
+    return
+  import fsspec  # pylint: disable=g-import-not-at-top
+  for protocol in ("gs", "gcs"):
+    fsspec.register_implementation(protocol, "gcsfs.GCSFileSystem", clobber=True,
+                                   errtxt=f"gs:// paths need gcsfs, which is not installed: {GCSFS_INSTALL} (on TPU "
+                                          "pods .[tpu], on GPU clusters .[gpu] bring it too)")
+
+
+_name_gcsfs_install()
+
+
 def epath_of(path) -> "epath.Path":
   """`path` as an `etils.epath.Path`: a local path (`~` expanded) or a gs://, s3://, ... URI, addressed as
   `storage_address` spells it (so what is read or written is what the output guard compared)."""
@@ -304,7 +336,7 @@ def load_pickle(path: str, trust_pickles: bool = False):
 def torch_load(path: str, trust_pickles: bool = False, safe_globals=()):
   """torch.load on CPU with `weights_only=True` (tensors, containers, numbers, strings and the classes in
   `safe_globals`, e.g. argparse.Namespace) unless `trust_pickles`; UnsafeInputError naming the refused object."""
-  import torch  # pylint: disable=g-import-not-at-top
+  torch = import_torch(f"reading {path} (a PyTorch file)")
   if trust_pickles:
     return torch.load(path, map_location="cpu", weights_only=False)
   allow = getattr(torch.serialization, "safe_globals", None)  # torch >= 2.5; older ones allow no extra class

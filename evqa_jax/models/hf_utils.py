@@ -115,10 +115,7 @@ def _torch_to_numpy(value, path: str, name: str) -> np.ndarray:
 
 def _read_torch(path: str, state_dict_key: Optional[str], trust_pickles: bool,
                 safe_globals=()) -> Dict[str, np.ndarray]:
-  try:
-    import torch  # pylint: disable=g-import-not-at-top
-  except ImportError as e:
-    raise ImportError(f"{path}: reading a PyTorch checkpoint needs torch (pip install torch)") from e
+  torch = evqa_io.import_torch(f"{path}: reading a PyTorch checkpoint")
   try:
     obj = evqa_io.torch_load(path, trust_pickles, safe_globals)
   except evqa_io.UnsafeInputError:
