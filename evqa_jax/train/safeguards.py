@@ -177,7 +177,7 @@ def _create_lock(path: str, holder: dict) -> bool:
     if "gs" in (fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)):
       raise RuntimeError(f"{path}: the installed gcsfs cannot write an object only when "
                          "absent (pipe_file mode='create'), which the workdir lock needs; install the gcsfs that "
-                         "setup.py pins (pip install -e '.[tpu]' or '.[gpu]')") from None
+                         "setup.py pins (pip install -e '.[gcs]', or '.[tpu]' / '.[gpu]')") from None
     # Another filesystem without create-only writes: check, then write (not atomic).
     if fs.exists(key):
       return False
