@@ -46,9 +46,11 @@ def roofline(report: dict, peak: float | None) -> dict:
   if peak:
     out["peak_flops_per_s"] = peak
   flops, moved = report.get("flops"), report.get("bytes_accessed")
-  if peak and flops:
+  # A count XLA did not report is None, not 0: no roofline is computed without it (a missing byte count would
+  # otherwise make any step look compute-bound).
+  if peak and flops and not (hbm and moved is None):
     compute_s = flops / peak
-    memory_s = moved / hbm[1] if hbm and moved else 0.0
+    memory_s = moved / hbm[1] if hbm else 0.0
     out["roofline_step_s"] = max(compute_s, memory_s)
     out["roofline_bound"] = "compute" if compute_s >= memory_s else "memory"
     out["mfu_ceiling"] = compute_s / out["roofline_step_s"]

@@ -83,7 +83,7 @@ def markdown(rows) -> str:
     hbm = f" / {r['hbm_bytes'] / GIB:.0f}" if "hbm_bytes" in r else ""
     mesh = " x ".join(str(v) for v in r["mesh"].values())
     fits = {True: "yes", False: "**no**"}.get(r.get("fits"), "")
-    flops = f"{r['flops']:.3g}" if r.get("flops") else ""
+    flops = f"{r['flops']:.3g}" if r.get("flops") is not None else "n/a"  # XLA gave no count: not 0
     roof = f"{r['roofline_step_s']:.3g} ({r['roofline_bound']})" if "roofline_step_s" in r else ""
     mfu = f"{r['mfu_ceiling']:.2f}" if "mfu_ceiling" in r else ""
     rate = f"{r['roofline_examples_per_s']:.0f}" if "roofline_examples_per_s" in r else ""
@@ -107,7 +107,7 @@ AUTHORS_HARDWARE = "4 GPUs x batch 8 (mlvlab/OVQA README; GPU type and training 
 def with_roofline(r: dict) -> dict:
   """`r` with its roofline figures computed from its recorded counts by benchmarks/chips.py (rows recorded before a
   figure was added get it too)."""
-  if "error" in r or "flops" not in r:
+  if "error" in r or r.get("flops") is None:
     return r
   return dict(r, **chips.roofline(r, chips.peak_flops(r.get("device_kind", ""))))
 

@@ -81,6 +81,40 @@ def test_roofline_of_a_report_hand_computed():
   assert chips.roofline({"device_kind": "cpu", "flops": 1e9}, None) == {}  # unknown chip, no peak: nothing invented
 
 
+def test_missing_cost_figures_are_missing_not_zero():
+  """A cost report without a figure (XLA's `cost_analysis()` has no "flops" key on some backends, or no report at
+  all) gives None, JSON null, never 0; the compile table prints "n/a" and computes no roofline from it."""
+  import compile_table  # pylint: disable=g-import-not-at-top
+
+  class Compiled:
+    def __init__(self, cost):
+      self.cost = cost
+
+    def memory_analysis(self):
+      return None
+
+    def cost_analysis(self):
+      if isinstance(self.cost, Exception):
+        raise self.cost
+      return self.cost
+
+  assert aot.analysis(Compiled([{"flops": 3.0, "bytes accessed": 5.0, "transcendentals": 0.0}])) == {
+      "flops": 3.0, "bytes_accessed": 5.0, "transcendentals": 0.0}  # a reported 0 stays 0
+  assert aot.analysis(Compiled({"bytes accessed": 5.0})) == {"flops": None, "bytes_accessed": 5.0,
+                                                             "transcendentals": None}
+  for cost in (None, [], {}):
+    assert aot.analysis(Compiled(cost)) == {"flops": None, "bytes_accessed": None, "transcendentals": None}
+  out = aot.analysis(Compiled(RuntimeError("no cost model")))
+  assert out["flops"] is None and out["cost_error"] == "no cost model"
+  row = {"command": "c", "device_kind": "TPU v5 lite", "devices": 4, "mesh": {"data": 4, "model": 1},
+         "peak_estimate_bytes": 2**30, "global_batch_size": 4, "flops": None, "bytes_accessed": 1e9}
+  cells = compile_table.markdown([row]).splitlines()[-1].split(" | ")
+  assert cells[7] == "n/a" and cells[9:12] == ["", "", " |"], cells  # FLOPs n/a; no roofline, MFU or rate
+  # A missing byte count on a chip with a known bandwidth: no roofline from the FLOPs alone.
+  assert "roofline_step_s" not in chips.roofline(dict(row, flops=1e12, bytes_accessed=None), 197e12)
+  assert "roofline_step_s" in chips.roofline(dict(row, flops=1e12), 197e12)
+
+
 def test_verbalizer_path_memory_on_v5e_is_its_design_bound():
   """The OVQA answer path alone (node means from a frozen float32 word table, 2 bf16 GAT layers, gradient for their
   weights) on one v5e chip at 8k nodes, 32k edges, D = 512 needs temporaries within its design, a few [nodes, D]

@@ -82,10 +82,9 @@ def analysis(compiled) -> dict:
     cost, out["cost_error"] = None, str(e)
   if isinstance(cost, (list, tuple)):
     cost = cost[0] if cost else None
-  if cost:
-    out["flops"] = float(cost.get("flops", 0.0))
-    out["bytes_accessed"] = float(cost.get("bytes accessed", 0.0))
-    out["transcendentals"] = float(cost.get("transcendentals", 0.0))
+  # A figure XLA's cost report lacks is missing (None, JSON null), never 0: a 0 would read as a measured count.
+  for key, name in (("flops", "flops"), ("bytes_accessed", "bytes accessed"), ("transcendentals", "transcendentals")):
+    out[key] = float(cost[name]) if cost and cost.get(name) is not None else None
   return out
 
 
