@@ -263,7 +263,7 @@ def test_forward_loss_and_gradients_match_the_authors_model(release):
 
 def test_mlm_loss_matches_the_authors(release):
   """The auxiliary masked-LM loss (their mode "mlm") on the same masked question equals theirs, and mask_tokens
-  never picks [CLS], [SEP] or padding and keeps the 80/10/10 split's shape."""
+  never picks [CLS], [SEP] or padding (its 80/10/10 split: test_mask_tokens_splits_80_10_10)."""
   ref, model = release["ref"], release["model"]
   ref.eval()
   params, _ = _loaded(release)
@@ -279,6 +279,27 @@ def test_mlm_loss_matches_the_authors(release):
                         torch.tensor(video_mask), torch.tensor(question > 0).float())
   logits = model.apply({"params": params}, batch, jnp.asarray(ids), method=model.mlm_logits)
   np.testing.assert_allclose(float(justask.mlm_loss(logits, jnp.asarray(labels))), float(loss_t), rtol=1e-5)
+
+
+def test_mask_tokens_splits_80_10_10():
+  """mask_tokens as the authors' util.py: each non-special token picked with mlm_prob (0.15); a picked token becomes
+  [MASK] with p 0.8, a random id with p 0.1 (0.2 x 0.5), stays with p 0.1; special tokens never. 200,000 tokens give
+  about 30,000 picked, so each fraction has a standard error of at most 0.0023 (0.8) and 0.0017 (0.1): the bound
+  0.01 is 4.3-5.8 standard errors, and a split off by 0.03 or more (85/7.5/7.5, 80/15/5, 90/5/5) fails it. A random
+  id equals the old one or [MASK] with p 2/50,000."""
+  n, vocab, mask_id = 200_000, 50_000, 4
+  ids = jax.random.randint(jax.random.PRNGKey(0), (1, n), 5, vocab, dtype=jnp.int32)
+  special = jnp.arange(n)[None, :] % 10 == 0  # every tenth token: [CLS], [SEP] or padding
+  new, labels = map(np.asarray, jax.jit(justask.mask_tokens, static_argnums=(3, 4, 5))(
+      jax.random.PRNGKey(1), ids, special, mask_id, vocab, 0.15))
+  ids, special = np.asarray(ids), np.asarray(special)
+  picked = labels >= 0
+  assert not picked[special].any() and np.all(new[special] == ids[special])
+  assert np.all(labels[picked] == ids[picked]) and np.all(new[~picked] == ids[~picked])
+  assert abs(picked[~special].mean() - 0.15) < 0.005  # 180,000 candidates: standard error 0.0008
+  was, now = ids[picked], new[picked]
+  frac = [np.mean(now == mask_id), np.mean((now != mask_id) & (now != was)), np.mean(now == was)]
+  np.testing.assert_allclose(frac, [0.8, 0.1, 0.1], atol=0.01)
 
 
 def test_checkpoint_errors(release, tmp_path):
