@@ -408,13 +408,15 @@ def ovqa_authors_files(root: str, train_answers, test_answers, embed_dim: int = 
   return {"dir": root, "train_vocab": train_vocab, "test_vocab": test_vocab, "ans2cat": ans2cat}
 
 
-def ovqa_meta_data(root: str, feature_dim: int = 768, embed_dim: int = 32, seed: int = 0) -> dict:
+def ovqa_meta_data(root: str, feature_dim: int = 768, embed_dim: int = 32, seed: int = 0,
+                   categories: dict | None = None) -> dict:
   """OVQA's own `meta_data/<dataset>/` folder (mlvlab/OVQA README "Data Preparation", dataset.py), in miniature:
   train.csv, test.csv (no val split: train.py evaluates on test), clipvitl14.pth, subtitles.pkl, and the
   vocabulary / category / answer-graph files of `ovqa_authors_files`. dataset.py reads the CSV columns question,
   answer, video_id and type (`self.data["question"]`, ...) and nothing else; the release's other columns are not
   documented, so these CSVs hold exactly those four (in another order than FrozenBiLM's). Every train answer is
-  kept (V_train is all train answers), unlike FrozenBiLM's top-k filtered train.csv.
+  kept (V_train is all train answers), unlike FrozenBiLM's top-k filtered train.csv. `categories` overrides single
+  answers' categories (ovqa_authors_files): the CSVs are too small for a base answer (>= 101 train samples).
   Returns {"dir", "features", "train_vocab", "test_vocab", "ans2cat"}.
   """
   import pandas as pd
@@ -432,7 +434,7 @@ def ovqa_meta_data(root: str, feature_dim: int = 768, embed_dim: int = 32, seed:
   torch.save({v: torch.from_numpy(x) for v, x in feats.items()}, os.path.join(root, "clipvitl14.pth"))
   write_subtitles(root)
   authors = ovqa_authors_files(root, [a for _, a, _ in MSRVTT_ROWS["train"]], [a for _, a, _ in MSRVTT_ROWS["test"]],
-                               embed_dim=embed_dim, seed=seed)
+                               embed_dim=embed_dim, seed=seed, categories=categories)
   return dict(authors, dir=root, features=feats)
 
 

@@ -182,7 +182,9 @@ def test_ovqa_checkpoint_evaluates_as_their_model(tmp_path, monkeypatch):
   names + lm_predictions.lm_head.gnn{1,2}.lin_{src,dst}.weight) on the authors' graph: launch/evaluate.py
   --zero_shot scores it with its GNN; the logits are the [MASK] feature against eps V + (1 - eps) GNN(x)[:|V|]
   computed here with their GNN from their files and the checkpoint's tensors; a FrozenBiLM checkpoint (no GNN) with
-  variant E is refused."""
+  variant E is refused. Two test answers are base answers, so the paper's rule (eps for every answer, the default
+  config) and the released code's (eps = 1 on base answers, `:released`) give different logits: each is asserted
+  for its config."""
   import jax
   import pandas as pd
   import torch
@@ -195,7 +197,9 @@ def test_ovqa_checkpoint_evaluates_as_their_model(tmp_path, monkeypatch):
   from evqa_jax.train import steps as steps_lib
   from evqa_jax.train import trainer
   deb = R.deberta_v2_dir(str(tmp_path / "deberta-v2-xlarge"))
-  meta = R.ovqa_meta_data(str(tmp_path / "meta_data" / "msrvtt"), embed_dim=deb["config"]["hidden_size"])
+  base = ("guitar", "red")  # test answers 0 and 1 (test_vocab.json's order)
+  meta = R.ovqa_meta_data(str(tmp_path / "meta_data" / "msrvtt"), embed_dim=deb["config"]["hidden_size"],
+                          categories={a: "base" for a in base})
   frozenbilm = str(tmp_path / "frozenbilm.pth")
   R.frozenbilm_checkpoint(frozenbilm, deb["state_dict"], deb["config"])
   ovqa = str(tmp_path / "ovqa_msrvtt.pth")
@@ -250,6 +254,16 @@ def test_ovqa_checkpoint_evaluates_as_their_model(tmp_path, monkeypatch):
   theirs = feature @ (0.7 * v + 0.3 * gnn[:5]).T
   assert np.abs(gnn[:5] - v).max() > 0.05  # the GNN moves the answers: a real test of its weights
   np.testing.assert_allclose(logits[:, :5], theirs, rtol=1e-4, atol=1e-5)
+  # The released code's rule on the same weights: eps = 1 on the base answers, 0.7 on the rest.
+  assert answers[:2] == list(base) and np.asarray(aux["is_base"])[:5].tolist() == [True, True, False, False, False]
+  eps = np.array([1.0, 1.0, 0.7, 0.7, 0.7])[:, None]
+  released = feature @ (eps * v + (1 - eps) * gnn[:5]).T
+  assert np.abs(released - theirs)[:, :2].min() > 1e-3  # every base logit differs: the two rules are told apart
+  released_model = task.model.clone(verbalizer={**task.model.verbalizer, "eps_base_fixed": True})
+  got = np.asarray(jax.jit(lambda p, b, a: released_model.apply({"params": p}, b, a))(params, numeric, aux),
+                   np.float64)
+  np.testing.assert_allclose(got[:, :5], released, rtol=1e-4, atol=1e-5)
+  assert np.abs(logits[:, :2] - released[:, :2]).min() > 100 * 1e-5  # the paper's config is not the released rule
   pred = [answers[i] for i in np.argmax(theirs, axis=1)]
   written = pd.read_csv(workdir / "eval" / "test_zero_shot" / "predictions.csv", dtype=str, keep_default_na=False)
   assert written.sort_values("index")["prediction"].tolist() == pred
