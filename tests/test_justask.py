@@ -240,7 +240,10 @@ def test_forward_loss_and_gradients_match_the_authors_model(release):
     return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, jnp.asarray(labels))), logits
 
   (loss_j, logits_j), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
-  np.testing.assert_allclose(np.asarray(logits_j)[:, :6], logits_t.detach().numpy(), atol=1e-5, rtol=1e-5)
+  # fp32 parity with their model: measured max |ours - theirs| 1.3e-7 on logits up to 0.105; bound 1e-6 + 1e-6 |x|
+  # (8x). The DistilBERT towers above: measured <= 9.5e-7 on values up to 3.6, bound 1e-5 + 1e-5 |x| (at most 0.04
+  # of it); the loss below 1.2e-7 against 2.8e-6; the gradients at most 0.11 of theirs.
+  np.testing.assert_allclose(np.asarray(logits_j)[:, :6], logits_t.detach().numpy(), atol=1e-6, rtol=1e-6)
   assert np.all(np.asarray(logits_j)[:, 6:] == np.finfo(np.float32).min)
   np.testing.assert_allclose(float(loss_j), loss_t.item(), atol=1e-6, rtol=1e-6)
 
