@@ -9,7 +9,8 @@ frame of the video:
   whole_video_box     a centred box covering the middle half of each side (a quarter of the frame)
   whole_video_full    the full frame
 ST-Evidence-MCQ (evqa_jax.evaluate.st_evidence_mcq): always the first option of every task.
-Prints one JSON line {baseline: metrics}; with --out also writes the prediction files and metrics there.
+Prints one JSON line {baseline: metrics}; with --out also writes the prediction files and metrics there. The default
+--records, the demo's world (`configs/evqa_gen.py:demo`), is generated on first use as the demo does.
 
     python benchmarks/evqa_trivial_baselines.py --rescore runs/evqa_demo/eval/test_step200 [--out DIR]
 
@@ -42,6 +43,7 @@ from evqa_jax.metrics import st_evidence as st
 from evqa_jax.projects.evqa import evaluator as evqa_task
 
 MASKS = ("empty", "box", "full")
+DEMO_WORLD = "data/synthetic_evqa"  # configs/evqa_gen.py:demo's world (its data.dir's parent)
 
 
 def trivial_mask(kind: str, height: int, width: int) -> np.ndarray:
@@ -161,12 +163,15 @@ def trivial_baselines(records_dir: str, split: str = "test", out_dir: str | None
 
 def main(argv=None) -> dict:
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  p.add_argument("--records", default="data/synthetic_evqa/records")
+  p.add_argument("--records", default=os.path.join(DEMO_WORLD, "records"))
   p.add_argument("--split", default="test")
   p.add_argument("--out", default=None, help="keep the prediction files here")
   p.add_argument("--rescore", default=None, help="a model's eval/<split>_step<N> directory: score its masks with an "
                  "empty PNG on every frame it left out (the baselines' frame protocol)")
   a = p.parse_args(argv)
+  if os.path.normpath(a.records) == os.path.join(DEMO_WORLD, "records"):
+    from data_prep import synthetic_evqa  # pylint: disable=g-import-not-at-top
+    synthetic_evqa.ensure_world(DEMO_WORLD, "default")  # the demo's world, built once (what the demo would build)
   if not os.path.exists(os.path.join(a.records, "metadata.json")):
     raise SystemExit(f"{a.records} holds no records: run `python -m data_prep.synthetic_evqa --out "
                      f"{os.path.dirname(os.path.normpath(a.records))}` (or train the demo once) first")

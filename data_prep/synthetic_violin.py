@@ -2,8 +2,9 @@
 
     python -m data_prep.synthetic_violin --out DIR [--seed 0] [--small]
 
-Writes DIR/raw/violin_annotation.json and DIR/raw/violin_features.h5 (`<clip_id>/resnet_features` [T, 512]),
-exactly the layout of the release, then runs the real converter (data_prep.violin) into DIR/records.
+Writes DIR/raw/violin_annotation.json and DIR/raw/violin_features.h5 (`<file>/resnet_features` [T, 512], <file>
+being the annotation's "file" field, which this world sets to the clip id), exactly the layout of the release, then
+runs the real converter (data_prep.violin) into DIR/records.
 DIR/records/synthetic_statement_types.json adds what the release does not have: per clip and pair the
 statement type ("visual" | "dialogue" | "combined") and how the negative was made ("edit" | "adversarial"),
 so that accuracy can be broken down as in the paper's analysis.

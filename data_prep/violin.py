@@ -302,7 +302,8 @@ def print_counts(conversion: dict) -> None:
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   p.add_argument("--annotation", required=True, help="violin_annotation.json")
-  p.add_argument("--features", required=True, help="HDF5 file with <clip_id>/<feature>_features")
+  p.add_argument("--features", required=True, help="HDF5 file with <file>/<feature>_features, <file> being each clip's \"file\" field in the "
+                 "annotation (not its clip id), as the authors' violin_dataset.py reads it")
   p.add_argument("--feature", default="resnet", choices=sorted(FEATURE_DIMS))
   p.add_argument("--feature-dim", type=int, default=None, help="expected D (default: 2048 resnet, 4096 c3d)")
   p.add_argument("--max-frames", type=int, default=MAX_FRAMES)
