@@ -131,10 +131,35 @@ def test_task_takes_base_answers_from_the_categories(tmp_path, monkeypatch):
   monkeypatch.chdir(REPO)
   config = ovqa_msrvtt.get_config("demo,small")
   config.data.dir, config.data.synthetic, config.verbalizer.variant = out, "", "A"
+  config.data.use_subtitles = False  # converted without them
   task = OVQATask(config)
   assert task.input.answers_train[:2] == ["guitar", "woman"]
   is_base = task.aux_inputs("train")["is_base"]
   np.testing.assert_array_equal(np.nonzero(is_base)[0], [1])  # "woman": base by their category, 2 train rows
+
+
+def test_subtitles_asked_of_records_converted_without_them(tmp_path, monkeypatch):
+  """A config that puts subtitles in the prompt (config.data.use_subtitles, the paper configs but TGIF's) on records
+  converted without --subtitles stops with one line naming the key and the records folder instead of training on
+  prompts without them; the same records with use_subtitles=False load."""
+  from configs import ovqa_msrvtt
+  from data_prep import ovqa as prep
+  rel, authors = _release(tmp_path)
+  out = str(tmp_path / "out")
+  prep.convert(rel["dir"], os.path.join(rel["dir"], "clipvitl14.pth"), out, verbose=False,
+               authors_vocab=authors["dir"])
+  monkeypatch.chdir(REPO)
+  config = ovqa_msrvtt.get_config("demo,small")
+  config.data.dir, config.data.synthetic, config.verbalizer.variant = out, "", "A"
+  assert config.data.use_subtitles
+  with pytest.raises(ValueError) as e:
+    OVQATask(config)
+  assert str(e.value) == (
+      f"config.data.use_subtitles = True but the records in {out} were converted without subtitles (metadata.json: "
+      "has_subtitles false): convert again with --subtitles (or --ovqa-release with its subtitles.json), or pass "
+      "--config.data.use_subtitles=False")
+  config.data.use_subtitles = False
+  assert OVQATask(config).input.metadata["has_subtitles"] is False
 
 
 def test_variant_a_in_any_spelling_loads_no_graphs(tmp_path, monkeypatch):
@@ -150,6 +175,7 @@ def test_variant_a_in_any_spelling_loads_no_graphs(tmp_path, monkeypatch):
   for variant in ("A", "a", "none", "None"):
     config = ovqa_msrvtt.get_config("demo,small")
     config.data.dir, config.data.synthetic, config.verbalizer.variant = out, "", variant
+    config.data.use_subtitles = False  # converted without them
     task = OVQATask(config)
     assert not task.input.use_graph and task.input.graphs == {} and task.model.verbalizer is None, variant
     assert "senders" not in task.aux_inputs("train") and task.describe() == "OVQA FrozenBiLM+ (bert)"
@@ -289,6 +315,7 @@ def _tiny(data_dir, head):
   config = ovqa_msrvtt.get_config("tiny")  # random 2-layer BERT, MiniLM's tokenizer
   config.data.dir, config.data.synthetic = data_dir, ""
   config.model.head, config.verbalizer.variant = head, "A"
+  config.data.use_subtitles = False  # _converted() converts without them
   return config
 
 
@@ -437,6 +464,7 @@ def test_release_end_to_end(tmp_path):
   config = ovqa_msrvtt.get_config()  # the paper's config, shrunk to the fixture
   config.data.dir, config.pretrained.dir, config.pretrained.init_from = out, deberta["path"], ckpt
   config.verbalizer.variant = "A"  # no answer graphs here
+  config.data.use_subtitles = False  # converted without them (test_ovqa_paper.py runs the release with them)
   config.data.max_tokens = 48  # 10 visual + 48 text tokens within the fixture's 64 positions
   config.batch_size = config.eval_batch_size = 8  # the 8 test devices (conftest)
   config.total_epochs, config.eval_every_epochs, config.checkpoint_every_epochs = None, None, None

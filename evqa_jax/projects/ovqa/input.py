@@ -78,6 +78,10 @@ class Input:
       raise ValueError(f"config.data.num_frames = {config.data.num_frames} but the records in {data_dir} hold "
                        f"{num_frames} frames per video")
     self.visual_dim = int(self.metadata.get("feature_dim", 768))
+    if config.data.use_subtitles and self.metadata.get("has_subtitles") is False:
+      raise ValueError(f"config.data.use_subtitles = True but the records in {data_dir} were converted without "
+                       "subtitles (metadata.json: has_subtitles false): convert again with --subtitles (or "
+                       "--ovqa-release with its subtitles.json), or pass --config.data.use_subtitles=False")
 
     self.head = head
     dc = config.data
