@@ -184,6 +184,22 @@ def check_video(x: np.ndarray, feature_dim: int, where: str) -> np.ndarray:
   return x
 
 
+FEATURE_DTYPES = ("source", "float16", "float32")
+
+
+def storage_dtype(source: np.dtype) -> str:
+  """The record dtype that keeps a source feature dtype exactly: float16 stays float16; float32 stays float32, and
+  float64 is stored as float32, the dtype models compute in (check_video has checked that it fits there)."""
+  return "float16" if np.dtype(source) == np.float16 else "float32"
+
+
+def first_video_dtype(store: Mapping) -> np.dtype | None:
+  """The dtype of the first video's features in `store` (None when it is empty): what "source" storage keeps."""
+  for key in store:
+    return np.asarray(store[key]).dtype
+  return None
+
+
 def frame_indices(t_video: int, num_frames: int) -> np.ndarray:
   """Frames kept from a video of `t_video` frames: floor(j * t_video / num_frames) when longer, else all."""
   if t_video > num_frames:
@@ -191,7 +207,7 @@ def frame_indices(t_video: int, num_frames: int) -> np.ndarray:
   return np.arange(t_video, dtype=np.int64)
 
 
-def sample_frames(x: np.ndarray, num_frames: int, dtype=np.float16) -> tuple[np.ndarray, np.ndarray]:
+def sample_frames(x: np.ndarray, num_frames: int, dtype=np.float32) -> tuple[np.ndarray, np.ndarray]:
   """[T_video, dim] -> (frames [num_frames, dim] of `dtype`, mask [num_frames] int64 with 1 on real frames)."""
   idx = frame_indices(x.shape[0], num_frames)
   out = np.zeros((num_frames, x.shape[1]), dtype=dtype)

@@ -2,7 +2,7 @@
 
     python -m data_prep.ovqa --csv-dir D --features F [--subtitles S] --out OUT \
         [--num-frames 10] [--feature-dim 768] [--dataset msrvtt|msvd|tgif|activitynet | --cvqa-topk K] [--skip-bad]
-        [--num-shards N] [--authors-vocab A] [--trust-pickles]
+        [--num-shards N] [--authors-vocab A] [--trust-pickles] [--feature-dtype source|float16|float32]
     python -m data_prep.ovqa --ovqa-release meta_data/msrvtt --dataset msrvtt --out OUT   # the OVQA release's folder:
         # D = A = meta_data/msrvtt, F = its clipvitl14.pth, S = its subtitles.json, else subtitles.pkl (that one
         # only with --trust-pickles)
@@ -22,9 +22,9 @@ that holds an input, or a non-empty folder no converter wrote, is refused; see d
   vocab.json                {"train_counts": {answer: count}, "vocab_train": [...], "vocab_test": [...],
                              "vocab_cvqa": [...], "categories": {answer: "base"|"common"|"rare"|"unseen"}}
   metadata.json             spec + splits (evqa_jax.data.records) and "task": "ovqa", "num_frames", "feature_dim",
-                            "vocab_file", "csv_files", "cvqa_topk", "has_subtitles", "vocab_source" ("csv" or the
-                            --authors-vocab folder), "conversion" (per split:
-                            converted, skipped per reason, the first skipped rows with their messages)
+                            "feature_dtype" (the video field's), "vocab_file", "csv_files", "cvqa_topk",
+                            "has_subtitles", "vocab_source" ("csv" or the --authors-vocab folder), "conversion" (per
+                            split: converted, skipped per reason, the first skipped rows with their messages)
 
 Record schema (one record per row):
   index          int64 []          row index in OUT/{split}.csv (= the source CSV row when nothing was skipped)
@@ -34,8 +34,12 @@ Record schema (one record per row):
   answer         string []
   question_type  int64 []          the CSV's `type`, -1 when the column is absent or the cell empty
   subtitles      string []         "" when the video has none
-  video          float16 [T, dim]  T = num_frames: frames floor(j * T_video / T) when T_video > T, else all
-                                   frames followed by zero rows
+  video          float16 or        T = num_frames: frames floor(j * T_video / T) when T_video > T, else all
+                 float32 [T, dim]  frames followed by zero rows; the dtype is metadata.json's "feature_dtype" (and
+                                   the spec's): by default (--feature-dtype source) the source's, float16 features
+                                   stay float16 (FrozenBiLM's CLIP) and float32 stay float32 (Just Ask's S3D;
+                                   float64 is stored as float32, the compute dtype); --feature-dtype float16 halves
+                                   the records at float16's precision (values below its range become 0)
   video_mask     int64 [T]         1 on real frames, 0 on padding
 
 Vocabularies: vocab_train = every train answer, most frequent first, ties alphabetical; vocab_test = the answers
@@ -47,8 +51,9 @@ test_vocab.json, ans2cat.json; data_prep/ovqa_authors.py) vocab_train, vocab_tes
 vocabulary of that split is bad (answer_not_in_vocab).
 
 Bad rows (empty question or answer, non-integer type, video id missing from F, features that are not a finite
-float [T_video >= 1, dim] array, or not finite once cast to float16) raise ConversionError naming the CSV file, row and field; with --skip-bad they are
-skipped and counted per reason. A missing column or a missing train/test CSV is always an error.
+float [T_video >= 1, dim] array, or not finite once cast to the storage dtype; in "source" storage a video whose
+dtype is wider than the first video's) raise ConversionError naming the CSV file, row and field; with --skip-bad they
+are skipped and counted per reason. A missing column or a missing train/test CSV is always an error.
 """
 
 from __future__ import annotations
@@ -92,7 +97,7 @@ class ConversionError(ValueError):
   """Bad converter input; the message names the file, and the row and field where there is one."""
 
 
-def record_spec(num_frames: int = 10, feature_dim: int = 768) -> dict[str, Feature]:
+def record_spec(num_frames: int = 10, feature_dim: int = 768, feature_dtype: str = "float16") -> dict[str, Feature]:
   """The feature spec of an OVQA record (see the module docstring)."""
   return {
       "index": Feature("int64", ()),
@@ -102,7 +107,7 @@ def record_spec(num_frames: int = 10, feature_dim: int = 768) -> dict[str, Featu
       "answer": Feature("string", ()),
       "question_type": Feature("int64", ()),
       "subtitles": Feature("string", ()),
-      "video": Feature("float16", (num_frames, feature_dim)),
+      "video": Feature(feature_dtype, (num_frames, feature_dim)),
       "video_mask": Feature("int64", (num_frames,)),
   }
 
@@ -157,8 +162,11 @@ class _BadRow(Exception):
 class _VideoCache:
   """Sampled features per video id (rows of one video are usually adjacent; many videos repeat)."""
 
-  def __init__(self, store: features_lib.FeatureStore, num_frames: int, feature_dim: int):
+  def __init__(self, store: features_lib.FeatureStore, num_frames: int, feature_dim: int, dtype: str,
+               from_source: bool):
     self.store = store
+    self.dtype = dtype
+    self.from_source = from_source  # storage chosen from the first video: a wider one would lose precision
     self.num_frames = num_frames
     self.feature_dim = feature_dim
     self._cache: collections.OrderedDict = collections.OrderedDict()
@@ -185,7 +193,11 @@ class _VideoCache:
           self.store[video_id], self.feature_dim, f"video {video_id!r} in {self.store.path}")
     except features_lib.FeatureError as e:
       return _BadRow("bad_features", "video_id", str(e))
-    return features_lib.sample_frames(x, self.num_frames)
+    if self.from_source and self.dtype == "float16" and x.dtype != np.float16:
+      return _BadRow("bad_features", "video_id",
+                     f"video {video_id!r} in {self.store.path} has {x.dtype} features but the file's first video "
+                     f"{self.dtype}, the dtype the records keep: pass --feature-dtype float32 (or float16)")
+    return features_lib.sample_frames(x, self.num_frames, self.dtype)
 
 
 def _row_example(row: Mapping[str, str], index: int, source_row: int, has_type: bool, has_id: bool,
@@ -225,7 +237,8 @@ def _row_example(row: Mapping[str, str], index: int, source_row: int, has_type: 
 
 def convert(csv_dir: str, features: str, out_dir: str, *, subtitles: str | None = None, num_frames: int = 10,
             feature_dim: int = 768, cvqa_topk: int = 4000, skip_bad: bool = False, num_shards: int | None = None,
-            trust_pickles: bool = False, verbose: bool = True, authors_vocab: str | None = None) -> dict:
+            trust_pickles: bool = False, verbose: bool = True, authors_vocab: str | None = None,
+            feature_dtype: str = "source") -> dict:
   """Converts an OVQA release into `out_dir` (see the module docstring); returns the "conversion" summary.
 
   Raises ConversionError on bad input (unless `skip_bad` and the problem is confined to rows); nothing is
@@ -233,6 +246,8 @@ def convert(csv_dir: str, features: str, out_dir: str, *, subtitles: str | None 
   """
   if num_frames < 1 or feature_dim < 1:
     raise ConversionError(f"num_frames ({num_frames}) and feature_dim ({feature_dim}) must be >= 1")
+  if feature_dtype not in features_lib.FEATURE_DTYPES:
+    raise ConversionError(f"feature_dtype {feature_dtype!r}: expected one of {features_lib.FEATURE_DTYPES}")
   csv_paths = {s: os.path.join(csv_dir, f"{s}.csv") for s in SPLITS}
   splits = [s for s in SPLITS if s in REQUIRED_SPLITS or os.path.exists(csv_paths[s])]
   common.check_out(out_dir, [csv_dir, features, subtitles, authors_vocab])
@@ -241,12 +256,16 @@ def convert(csv_dir: str, features: str, out_dir: str, *, subtitles: str | None 
   # The authors' V_train / V_test / categories (data_prep/ovqa_authors.py); their rows must be in them.
   authors = ovqa_authors.read_authors_vocab(authors_vocab) if authors_vocab else None
   allowed = {s: set(authors[f"vocab_{s}"]) for s in ("train", "test")} if authors else {}
-  spec = record_spec(num_frames, feature_dim)
   summary = {}
   kept_rows: dict[str, list[int]] = {}
   with common.build_output(out_dir, [csv_dir, features, subtitles, authors_vocab], "data_prep.ovqa") as tmp_dir, \
       features_lib.FeatureStore(features, trust_pickles) as store:
-    videos = _VideoCache(store, num_frames, feature_dim)
+    dtype = feature_dtype
+    if dtype == "source":
+      first = features_lib.first_video_dtype(store)
+      dtype = features_lib.storage_dtype(first) if first is not None and first.kind == "f" else "float32"
+    spec = record_spec(num_frames, feature_dim, dtype)
+    videos = _VideoCache(store, num_frames, feature_dim, dtype, from_source=feature_dtype == "source")
     for split in splits:
       df = frames[split]
       kept = kept_rows[split] = []
@@ -305,6 +324,7 @@ def convert(csv_dir: str, features: str, out_dir: str, *, subtitles: str | None 
         task="ovqa",
         num_frames=num_frames,
         feature_dim=feature_dim,
+        feature_dtype=dtype,
         vocab_file=VOCAB_FILE,
         csv_files={s: f"{s}.csv" for s in splits},
         cvqa_topk=cvqa_topk,
@@ -347,6 +367,9 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--out", required=True, help="output directory (replaced as a whole)")
   parser.add_argument("--num-frames", type=int, default=10)
   parser.add_argument("--feature-dim", type=int, default=768)
+  parser.add_argument("--feature-dtype", choices=features_lib.FEATURE_DTYPES, default="source",
+                      help="storage dtype of the video features (default: the source's, float64 as float32; "
+                           "float16 halves the records, values below its range become 0)")
   parser.add_argument("--cvqa-topk", type=int, default=None,
                       help="closed vocabulary size (0 = all train answers; default: --dataset's, else 4000)")
   parser.add_argument("--skip-bad", action="store_true", help="skip and count bad rows instead of failing")
@@ -371,7 +394,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   convert(args.csv_dir, args.features, args.out, subtitles=args.subtitles, num_frames=args.num_frames,
           feature_dim=args.feature_dim, cvqa_topk=args.cvqa_topk, skip_bad=args.skip_bad,
           num_shards=args.num_shards, trust_pickles=args.trust_pickles,
-          authors_vocab=args.authors_vocab)
+          authors_vocab=args.authors_vocab, feature_dtype=args.feature_dtype)
   from data_prep import answer_stats
   print(answer_stats.format_table1(answer_stats.table1_from_dir(args.out)))
   return 0

@@ -205,8 +205,9 @@ def test_values_that_do_not_survive_float16_name_the_row(tmp_path, capsys):
   feats = {f"v{i}": np.full((3, DIM), 1.0, np.float32) for i in range(3)}
   feats["v1"][1, 2] = 1e6  # finite in float32, inf in float16
   raw = _ovqa_release(tmp_path / "raw", features=feats)
-  args = ["--csv-dir", raw, "--features", raw / "features.npz", "--feature-dim", DIM, "--num-frames", 3,
-          "--out", tmp_path / "out"]
+  args = ["--csv-dir", raw, "--features", raw / "features.npz", "--feature-dim", DIM, "--num-frames", 3]
+  assert cli.run(ovqa.main, [str(a) for a in args + ["--out", tmp_path / "kept"]]) == 0  # float32 kept: fine
+  args += ["--feature-dtype", "float16", "--out", tmp_path / "out"]  # float16 storage asked for
   code, err = _run(ovqa.main, args, capsys)
   _one_line_error(code, err, "train.csv", "row 1", "'video'", "float16")
   assert not (tmp_path / "out").exists()

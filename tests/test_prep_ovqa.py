@@ -79,8 +79,79 @@ def test_frame_indices_hand_computed():
   x = np.arange(3 * 4, dtype=np.float32).reshape(3, 4)
   frames, mask = features_lib.sample_frames(x, 5)
   np.testing.assert_array_equal(mask, [1, 1, 1, 0, 0])
+  np.testing.assert_array_equal(frames[:3], x)
+  assert frames.dtype == np.float32 and not frames[3:].any()
+  frames, _ = features_lib.sample_frames(x, 5, np.float16)
   np.testing.assert_array_equal(frames[:3], x.astype(np.float16))
-  assert frames.dtype == np.float16 and not frames[3:].any()
+  assert frames.dtype == np.float16
+
+
+def _dtype_release(root, feats):
+  root.mkdir(parents=True)
+  _write_csv(root / "train.csv", [("what is it", "dog", v, 0, i) for i, v in enumerate(feats)])
+  _write_csv(root / "test.csv", [("what is it", "cat", v, 0, i) for i, v in enumerate(feats)])
+  features_lib.save_feature_dict(str(root / "features.npz"), feats)
+  return root
+
+
+def test_features_keep_the_source_dtype(tmp_path):
+  """Video features are stored at the source's precision by default (float32 S3D stays float32, float16 CLIP stays
+  float16, float64 becomes float32, the compute dtype); `--feature-dtype float16` stores float16 on request. The
+  records read back bit-exact and the OVQA reader gives the float32 model input either way."""
+  from evqa_jax.projects.ovqa import input as input_lib
+  rng = np.random.default_rng(0)
+  x32 = {"a": rng.standard_normal((3, 4)).astype(np.float32), "b": rng.standard_normal((2, 4)).astype(np.float32)}
+  # Below float16's smallest subnormal (6e-8, so 0 there) and values needing float32's 24-bit mantissa.
+  x32["a"][0, :] = [1e-8, -3e-10, 1.0000001, 3.1415927]
+  assert not np.float16(1e-8) and np.float16(1.0000001) == 1.0
+  raw = _dtype_release(tmp_path / "raw32", x32)
+
+  def convert(name, **kw):
+    out = tmp_path / name
+    ovqa.convert(str(raw), str(raw / "features.npz"), str(out), num_frames=3, feature_dim=4, cvqa_topk=0,
+                 verbose=False, **kw)
+    meta = records.load_metadata(str(out))
+    assert meta["features"]["video"]["dtype"] == meta["feature_dtype"]
+    return meta["feature_dtype"], [ex["video"] for ex in _read_split(out, "train")]
+
+  dtype, videos = convert("source")  # the default
+  assert dtype == "float32"
+  np.testing.assert_array_equal(videos[0], x32["a"])  # exact: the tiny values survive
+  np.testing.assert_array_equal(videos[1], np.concatenate([x32["b"], np.zeros((1, 4), np.float32)]))
+  assert videos[0][0, 0] == np.float32(1e-8) and videos[0][0, 2] == np.float32(1.0000001)
+  reader = input_lib.Input.__new__(input_lib.Input)  # only the record -> model input step
+  reader.answer_index_eval, reader.data_dir = {"dog": 0}, str(tmp_path / "source")
+  got = reader.video_and_label({"answer": "dog", "index": 0, "video": videos[0], "video_mask": [1, 1, 1]}, False)
+  assert got["video"].dtype == np.float32
+  np.testing.assert_array_equal(got["video"], x32["a"])
+
+  dtype, videos = convert("f16", feature_dtype="float16")  # the explicit choice: half the size, float16's precision
+  assert dtype == "float16" and videos[0].dtype == np.float16
+  np.testing.assert_array_equal(videos[0], x32["a"].astype(np.float16))
+  assert videos[0][0, 0] == 0 and videos[0][0, 2] == 1.0
+  got = reader.video_and_label({"answer": "dog", "index": 0, "video": videos[0], "video_mask": [1, 1, 1]}, False)
+  np.testing.assert_array_equal(got["video"], x32["a"].astype(np.float16).astype(np.float32))
+
+  x16 = {k: v.astype(np.float16) for k, v in x32.items()}
+  raw = _dtype_release(tmp_path / "raw16", x16)
+  dtype, videos = convert("source16")
+  assert dtype == "float16"
+  np.testing.assert_array_equal(videos[0], x16["a"])
+  x64 = {k: v.astype(np.float64) for k, v in x32.items()}
+  raw = _dtype_release(tmp_path / "raw64", x64)
+  dtype, videos = convert("source64")
+  assert dtype == "float32"
+  np.testing.assert_array_equal(videos[0], x32["a"])
+
+  # A float16 file whose later video is float32: "source" storage (float16, from the first video) would round it.
+  raw = _dtype_release(tmp_path / "mixed", {"a": x16["a"], "b": x32["b"]})
+  with pytest.raises(ovqa.ConversionError, match=r"train.csv, row 1 \(line 3\), field 'video_id': video 'b' in .* "
+                     r"has float32 features but the file's first video float16, the dtype the records keep: pass "
+                     r"--feature-dtype float32"):
+    convert("mixed_out")
+  dtype, videos = convert("mixed_out32", feature_dtype="float32")
+  assert dtype == "float32"
+  np.testing.assert_array_equal(videos[1][:2], x32["b"])
 
 
 @pytest.mark.parametrize("fmt", ["npz", "h5", "npy", "pth"])
