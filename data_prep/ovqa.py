@@ -2,7 +2,8 @@
 
     python -m data_prep.ovqa --csv-dir D --features F [--subtitles S] --out OUT \
         [--num-frames 10] [--feature-dim 768] [--dataset msrvtt|msvd|tgif|activitynet | --cvqa-topk K] [--skip-bad]
-        [--num-shards N] [--authors-vocab A] [--trust-pickles] [--feature-dtype source|float16|float32]
+        [--num-shards N] [--authors-vocab A] [--cvqa-vocab V] [--trust-pickles]
+        [--feature-dtype source|float16|float32]
     python -m data_prep.ovqa --ovqa-release meta_data/msrvtt --dataset msrvtt --out OUT   # the OVQA release's folder:
         # D = A = meta_data/msrvtt, F = its clipvitl14.pth, S = its subtitles.json, else subtitles.pkl (that one
         # only with --trust-pickles)
@@ -48,7 +49,9 @@ first k of vocab_train (k = --cvqa-topk, 0 = all). Category of an answer by its 
 common 11..100, rare 1..10, unseen 0. With --authors-vocab A (the OVQA release's train_vocab.json,
 test_vocab.json, ans2cat.json; data_prep/ovqa_authors.py) vocab_train, vocab_test (their id order), vocab_cvqa
 (first k of their V_train) and categories are theirs, and a train / test row whose answer is outside their
-vocabulary of that split is bad (answer_not_in_vocab).
+vocabulary of that split is bad (answer_not_in_vocab). With --cvqa-vocab V (FrozenBiLM's {answer: id} vocabulary
+file, e.g. its zero-shot `vocab1000.json`) vocab_cvqa is V's answers in id order instead: FrozenBiLM's zero-shot
+closed vocabulary (its videoqa.py scores exactly the answers of --<dataset>_vocab_path).
 
 Bad rows (empty question or answer, non-integer type, video id missing from F, features that are not a finite
 float [T_video >= 1, dim] array, or not finite once cast to the storage dtype; in "source" storage a video whose
@@ -238,7 +241,7 @@ def _row_example(row: Mapping[str, str], index: int, source_row: int, has_type: 
 def convert(csv_dir: str, features: str, out_dir: str, *, subtitles: str | None = None, num_frames: int = 10,
             feature_dim: int = 768, cvqa_topk: int = 4000, skip_bad: bool = False, num_shards: int | None = None,
             trust_pickles: bool = False, verbose: bool = True, authors_vocab: str | None = None,
-            feature_dtype: str = "source") -> dict:
+            feature_dtype: str = "source", cvqa_vocab: str | None = None) -> dict:
   """Converts an OVQA release into `out_dir` (see the module docstring); returns the "conversion" summary.
 
   Raises ConversionError on bad input (unless `skip_bad` and the problem is confined to rows); nothing is
@@ -250,15 +253,17 @@ def convert(csv_dir: str, features: str, out_dir: str, *, subtitles: str | None 
     raise ConversionError(f"feature_dtype {feature_dtype!r}: expected one of {features_lib.FEATURE_DTYPES}")
   csv_paths = {s: os.path.join(csv_dir, f"{s}.csv") for s in SPLITS}
   splits = [s for s in SPLITS if s in REQUIRED_SPLITS or os.path.exists(csv_paths[s])]
-  common.check_out(out_dir, [csv_dir, features, subtitles, authors_vocab])
+  common.check_out(out_dir, [csv_dir, features, subtitles, authors_vocab, cvqa_vocab])
   frames = {s: read_split_csv(csv_paths[s]) for s in splits}
   subs = features_lib.load_subtitles(subtitles, trust_pickles) if subtitles else {}
   # The authors' V_train / V_test / categories (data_prep/ovqa_authors.py); their rows must be in them.
   authors = ovqa_authors.read_authors_vocab(authors_vocab) if authors_vocab else None
   allowed = {s: set(authors[f"vocab_{s}"]) for s in ("train", "test")} if authors else {}
+  closed = ovqa_authors.read_vocab_file(cvqa_vocab) if cvqa_vocab else None  # FrozenBiLM's {answer: id}
   summary = {}
   kept_rows: dict[str, list[int]] = {}
-  with common.build_output(out_dir, [csv_dir, features, subtitles, authors_vocab], "data_prep.ovqa") as tmp_dir, \
+  with common.build_output(out_dir, [csv_dir, features, subtitles, authors_vocab, cvqa_vocab],
+                           "data_prep.ovqa") as tmp_dir, \
       features_lib.FeatureStore(features, trust_pickles) as store:
     dtype = feature_dtype
     if dtype == "source":
@@ -318,6 +323,8 @@ def convert(csv_dir: str, features: str, out_dir: str, *, subtitles: str | None 
     vocab = build_vocab(train_answers, test_answers, cvqa_topk)
     if authors:
       vocab = ovqa_authors.apply(vocab, authors, cvqa_topk)
+    if closed:
+      vocab["vocab_cvqa"] = closed
     evqa_io.write_json(os.path.join(tmp_dir, VOCAB_FILE), vocab, indent=1)
     records.update_metadata(
         tmp_dir,
@@ -330,6 +337,7 @@ def convert(csv_dir: str, features: str, out_dir: str, *, subtitles: str | None 
         cvqa_topk=cvqa_topk,
         has_subtitles=bool(subs),
         vocab_source=os.path.abspath(authors_vocab) if authors_vocab else "csv",
+        cvqa_vocab_source=os.path.abspath(cvqa_vocab) if cvqa_vocab else None,
         conversion=summary,
         source={"csv_dir": os.path.abspath(csv_dir), "features": os.path.abspath(features),
                 "subtitles": os.path.abspath(subtitles) if subtitles else None},
@@ -376,6 +384,9 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--authors-vocab", default=None,
                       help="folder with the OVQA authors' train_vocab.json, test_vocab.json, ans2cat.json: use their "
                            "V_train, V_test and categories")
+  parser.add_argument("--cvqa-vocab", default=None,
+                      help="FrozenBiLM's {answer: id} vocabulary file (its zero-shot vocab1000.json): the closed "
+                           "vocabulary (vocab_cvqa) instead of the top-k train answers")
   parser.add_argument("--num-shards", type=int, default=None,
                       help=f"shards per split (default: one per {EXAMPLES_PER_SHARD} rows)")
   common.add_trust_pickles(parser)
@@ -394,7 +405,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   convert(args.csv_dir, args.features, args.out, subtitles=args.subtitles, num_frames=args.num_frames,
           feature_dim=args.feature_dim, cvqa_topk=args.cvqa_topk, skip_bad=args.skip_bad,
           num_shards=args.num_shards, trust_pickles=args.trust_pickles,
-          authors_vocab=args.authors_vocab, feature_dtype=args.feature_dtype)
+          authors_vocab=args.authors_vocab, feature_dtype=args.feature_dtype, cvqa_vocab=args.cvqa_vocab)
   from data_prep import answer_stats
   print(answer_stats.format_table1(answer_stats.table1_from_dir(args.out)))
   return 0

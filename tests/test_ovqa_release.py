@@ -162,6 +162,34 @@ def test_subtitles_asked_of_records_converted_without_them(tmp_path, monkeypatch
   assert OVQATask(config).input.metadata["has_subtitles"] is False
 
 
+def test_cvqa_vocab_is_frozenbilms_zero_shot_vocabulary(tmp_path, monkeypatch):
+  """`--cvqa-vocab vocab1000.json` (FrozenBiLM's {answer: id} file, which its zero-shot videoqa.py scores): the
+  closed head's answers are exactly that file's, in id order, whatever the train counts; a malformed file names
+  itself."""
+  import json
+  from configs import ovqa_msrvtt
+  from data_prep import ovqa as prep
+  from data_prep import ovqa_authors
+  rel, authors = _release(tmp_path)
+  vocab_file = tmp_path / "vocab1000.json"
+  vocab_file.write_text(json.dumps({"woman": 1, "piano": 0, "a word no one answers": 2}))
+  out = str(tmp_path / "out")
+  assert prep.main(["--csv-dir", rel["dir"], "--features", os.path.join(rel["dir"], "clipvitl14.pth"),
+                    "--authors-vocab", authors["dir"], "--cvqa-vocab", str(vocab_file), "--out", out]) == 0
+  vocab = json.loads(open(os.path.join(out, "vocab.json")).read())
+  assert vocab["vocab_cvqa"] == ["piano", "woman", "a word no one answers"]
+  assert vocab["vocab_train"] == list(authors["train_vocab"])  # the open vocabularies are untouched
+  monkeypatch.chdir(REPO)
+  config = ovqa_msrvtt.get_config("demo,small,cvqa")
+  config.data.dir, config.data.synthetic, config.data.use_subtitles = out, "", False
+  task = OVQATask(config)
+  assert task.input.answers_eval == task.input.answers_train == vocab["vocab_cvqa"]
+  vocab_file.write_text(json.dumps({"piano": 0, "woman": 0}))
+  with pytest.raises(ovqa_authors.AuthorsVocabError, match=r"vocab1000.json: answers 'piano' and 'woman' share id 0"):
+    prep.convert(rel["dir"], os.path.join(rel["dir"], "clipvitl14.pth"), str(tmp_path / "bad"), verbose=False,
+                 cvqa_vocab=str(vocab_file))
+
+
 def test_variant_a_in_any_spelling_loads_no_graphs(tmp_path, monkeypatch):
   """`config.verbalizer.variant` is read through verbalizer.canonical_variant everywhere: A, a and none need no
   answer graphs (the converted release below has none) and build no verbalizer; a GNN variant asks for them."""
