@@ -272,3 +272,25 @@ def test_world_statements_need_the_right_modality():
       correct += score(pos) > score(neg)
       total += 1
   assert correct / total > 0.9, correct / total
+
+
+def test_violin_stats_hand_computed(tmp_path, capsys):
+  """data_prep.violin_stats: the section 3.2 / 5 totals, the length histograms (Figs. 6-7) and the common words
+  (Table 7) of a two-clip annotation, counted by hand, with the paper's figures beside them."""
+  from data_prep import violin_stats
+  ann = {"c0": {"file": "f0", "split": "train", "sub": [["hi", 0, 1]],
+                "statement": [["A man sits.", "A man runs fast"], ["The man talks", "Nobody talks"]]},
+         "c1": {"file": "f1", "split": "test", "sub": [], "statement": [["A woman talks", "A dog barks loudly now"]]}}
+  path = tmp_path / "violin_annotation.json"
+  path.write_text(json.dumps(ann))
+  s = violin_stats.statistics(str(path), top=3)
+  assert (s["clips"], s["statements"], s["statements_per_clip"]) == (2, 6, 3)
+  assert s["split_statements"] == {"train": 4, "validate": 0, "test": 2}
+  # positive 3, 3, 3 words; negative 4, 2, 5 words
+  assert s["length_histogram"] == {"positive": {3: 3}, "negative": {2: 1, 4: 1, 5: 1}}
+  assert (s["mean_words_positive"], s["mean_words_negative"], s["mean_words"]) == (3.0, 3.67, 3.33)
+  assert s["top_positive_words"] == [("a", 2), ("man", 2), ("talks", 2)]
+  assert violin_stats.main([str(path), "--top", "1"]) == 0
+  out = capsys.readouterr().out
+  assert "| clips | 2 | 15,887 |" in out and "| test statements | 2 | 9,600 |" in out
+  assert "| statements ((V, S, H) triplets) | 6 | 95,322 |" in out and "| 18 (\"almost the same\") |" in out
