@@ -362,6 +362,21 @@ def test_answer_stats_table1(release, tmp_path, capsys):
   assert answer_stats.main([str(raw), "--json", str(tmp_path / "t.json")]) == 0
   assert "| rare | 4 | 2 | 2 | 50.00 | 6 |" in capsys.readouterr().out
   assert json.loads((tmp_path / "t.json").read_text())["unseen"]["answers"] == 2
+  # --dataset: the paper's Table 1 and section 4.1 beside ours (raw CSVs: V_train / V_test are their unique answers).
+  assert answer_stats.main([str(raw), "--dataset", "msrvtt", "--json", str(tmp_path / "p.json")]) == 0
+  out = capsys.readouterr().out
+  assert "| rare | 4 | 2 | 2 | 50.00 | 6 | 2,858 |" in out and "| total | 6 | 4 | 4 | 100.00 | 6 | 5,632 |" in out
+  assert "| train questions | 6 | 159K |" in out and "| test questions | 4 | 73K |" in out
+  assert "| train vocabulary (V_train) | 4 | 4,000 |" in out and "| test vocabulary (V_test) | 4 | 4,173 |" in out
+  assert json.loads((tmp_path / "p.json").read_text())["splits"] == {
+      "train_questions": 6, "test_questions": 4, "vocab_train": 4, "vocab_test": 4}
+  out_dir = tmp_path / "converted"  # a converted folder: its vocab.json's vocabularies
+  ovqa.convert(str(raw), str(raw / "features.npz"), str(out_dir), cvqa_topk=0, verbose=False)
+  vocab = json.loads((out_dir / "vocab.json").read_text())
+  assert answer_stats.splits_from_dir(str(out_dir)) == {
+      "train_questions": 6, "test_questions": 4, "vocab_train": len(vocab["vocab_train"]),
+      "vocab_test": len(vocab["vocab_test"])} == {"train_questions": 6, "test_questions": 4, "vocab_train": 4,
+                                                  "vocab_test": 4}
 
 
 def test_torch_missing_gives_clear_error(release, monkeypatch):
