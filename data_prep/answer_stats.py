@@ -1,6 +1,7 @@
 """The OVQA paper's Table 1 (answer statistics) for a converted dataset.
 
     python -m data_prep.answer_stats DIR [--dataset msrvtt|msvd|tgif|activitynet] [--json OUT.json]
+        [--fig1 FIG1.png [--top 1000]]
 
 Reads DIR/train.csv and DIR/test.csv (the copies the converter writes; any FrozenBiLM-style CSV directory works;
 answers verbatim, as the evaluator reads them) and prints, per category (base >= 101 train occurrences, common
@@ -12,6 +13,11 @@ answers verbatim, as the evaluator reads them) and prints, per category (base >=
 With --dataset the paper's numbers are printed beside ours: Table 1's answer counts, and section 4.1's split sizes
 (train / test questions, rounded to thousands in the paper) and vocabulary sizes (|V_train| / |V_test|: vocab.json's
 vocab_train / vocab_test when DIR is a converted folder, else the CSVs' unique answers).
+With --fig1 also the paper's Fig. 1: the answers in three groups, the `--top` most frequent train answers
+("~ Top-1000"; ties alphabetical, as the converter's V_train), the other train answers ("Top-1000 ~") and the test
+answers never seen in train ("Unseen"); printed as each group's share of the unique answers (Fig. 1a) and of the
+samples (Fig. 1b; train, test and both: the figure's counts are not said to be of one split) and drawn as a PNG
+with (c) the samples per answer in sorted order, log scale, the groups' borders in red.
 """
 
 from __future__ import annotations
@@ -107,14 +113,75 @@ def format_splits(s: dict, dataset: str) -> str:
                     for key, label in names])
 
 
+def fig1_groups(train_answers: Sequence[str], test_answers: Sequence[str], top: int = 1000) -> dict:
+  """Fig. 1's groups: {"groups": {name: {"answers", "train_samples", "test_samples", "samples"}}, "shares": the
+  same in % of their totals, "sorted_counts": train + test samples per answer, top group first, then the rest of
+  V_train, then unseen, each group in descending order}."""
+  import collections  # pylint: disable=g-import-not-at-top
+  train, test = collections.Counter(train_answers), collections.Counter(test_answers)
+  order = [a for a, _ in sorted(train.items(), key=lambda kv: (-kv[1], kv[0]))]
+  unseen = sorted((a for a in test if a not in train), key=lambda a: (-test[a], a))
+  members = {f"~ Top-{top}": order[:top], f"Top-{top} ~": order[top:], "Unseen": unseen}
+  groups = {name: {"answers": len(ans), "train_samples": sum(train[a] for a in ans),
+                   "test_samples": sum(test[a] for a in ans), "samples": sum(train[a] + test[a] for a in ans)}
+            for name, ans in members.items()}
+  totals = {k: sum(g[k] for g in groups.values()) for k in ("answers", "train_samples", "test_samples", "samples")}
+  shares = {name: {k: round(100.0 * g[k] / totals[k], 2) if totals[k] else 0.0 for k in g}
+            for name, g in groups.items()}
+  sorted_counts = [c for ans in members.values() for c in sorted((train[a] + test[a] for a in ans), reverse=True)]
+  return {"groups": groups, "shares": shares, "sorted_counts": sorted_counts}
+
+
+def format_fig1(f: dict) -> str:
+  lines = ["| group (Fig. 1) | answers | % answers (1a) | % train samples | % test samples | % samples (1b) |",
+           "|---|---:|---:|---:|---:|---:|"]
+  for name, g in f["groups"].items():
+    sh = f["shares"][name]
+    lines.append(f"| {name} | {g['answers']:,} | {sh['answers']:.2f} | {sh['train_samples']:.2f} | "
+                 f"{sh['test_samples']:.2f} | {sh['samples']:.2f} |")
+  return "\n".join(lines)
+
+
+def plot_fig1(f: dict, path: str, title: str = "") -> None:
+  """Fig. 1 (a) answers and (b) samples per group as pie charts, (c) samples per sorted answer; PNG, atomically."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  names = list(f["groups"])
+  fig, axes = plt.subplots(1, 3, figsize=(13, 4), gridspec_kw={"width_ratios": [1, 1, 2]})
+  for ax, key, name in ((axes[0], "answers", "(a) unique answers"), (axes[1], "samples", "(b) samples")):
+    values = [f["groups"][n][key] for n in names]
+    ax.pie(values, labels=[f"{n}\n{f['shares'][n][key]:.1f}%" for n in names], colors=["C0", "C1", "C3"],
+           startangle=90, textprops={"fontsize": 8})
+    ax.set_title(name)
+  counts = f["sorted_counts"]
+  axes[2].plot(range(len(counts)), [max(c, 1) for c in counts], color="C0", lw=1)
+  axes[2].set_yscale("log")
+  border = 0
+  for n in names[:-1]:
+    border += f["groups"][n]["answers"]
+    axes[2].axvline(border - 0.5, color="red", lw=0.8)
+  axes[2].set_xlabel("answers, sorted (top group, rest of train, unseen)")
+  axes[2].set_ylabel("samples per answer (train + test, log)")
+  axes[2].set_title("(c) samples per sorted answer")
+  if title:
+    fig.suptitle(title)
+  fig.tight_layout()
+  with evqa_io.atomic_path(path) as tmp:
+    fig.savefig(tmp, format="png", dpi=110)
+  plt.close(fig)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
   parser = argparse.ArgumentParser(prog="python -m data_prep.answer_stats", description=__doc__.split("\n")[0])
   parser.add_argument("data_dir", help="converted OVQA directory (holds train.csv and test.csv)")
   parser.add_argument("--dataset", choices=sorted(PAPER_TABLE1), default=None,
                       help="print the paper's Table 1 and section 4.1 numbers of this dataset beside ours")
   parser.add_argument("--json", default=None, help="also write the table as JSON here")
+  parser.add_argument("--fig1", default=None, help="also print the paper's Fig. 1 groups and draw it to this PNG")
+  parser.add_argument("--top", type=int, default=1000, help="Fig. 1's first group: the top-k train answers")
   args = parser.parse_args(argv)
-  evqa_io.check_args(args, ["json"])
+  evqa_io.check_args(args, ["json", "fig1"])
   t = table1_from_dir(args.data_dir)
   print(format_table1(t, args.dataset))
   if args.dataset:
@@ -122,6 +189,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print(format_splits(splits, args.dataset))
     t = dict(t, splits=splits, paper={"table1": PAPER_TABLE1[args.dataset], "splits": PAPER_SPLITS[args.dataset]})
+  if args.fig1:
+    f = fig1_groups(_answers(os.path.join(args.data_dir, "train.csv")),
+                    _answers(os.path.join(args.data_dir, "test.csv")), args.top)
+    print()
+    print(format_fig1(f))
+    plot_fig1(f, args.fig1, f"{args.dataset or os.path.basename(os.path.normpath(args.data_dir))}: answer groups")
+    print(f"wrote {args.fig1}")
+    t = dict(t, fig1={"groups": f["groups"], "shares": f["shares"]})
   if args.json:
     evqa_io.write_json(args.json, t)
   return 0

@@ -379,6 +379,26 @@ def test_answer_stats_table1(release, tmp_path, capsys):
                                                   "vocab_test": 4}
 
 
+def test_answer_stats_fig1_groups(tmp_path, capsys):
+  """The paper's Fig. 1 groups, counted by hand: the top-k train answers (ties alphabetical), the other train answers
+  and the unseen test answers; their shares of the answers (1a) and samples (1b); (c)'s sorted counts; the PNG."""
+  train = ["a"] * 5 + ["b"] * 3 + ["c"] * 3 + ["d"]
+  test = ["a", "c", "d", "d", "e", "e", "f"]
+  f = answer_stats.fig1_groups(train, test, top=2)  # a (5), then b / c tie at 3: b
+  assert f["groups"] == {"~ Top-2": {"answers": 2, "train_samples": 8, "test_samples": 1, "samples": 9},
+                         "Top-2 ~": {"answers": 2, "train_samples": 4, "test_samples": 3, "samples": 7},
+                         "Unseen": {"answers": 2, "train_samples": 0, "test_samples": 3, "samples": 3}}
+  assert f["shares"]["Unseen"] == {"answers": 33.33, "train_samples": 0.0, "test_samples": 42.86, "samples": 15.79}
+  assert f["sorted_counts"] == [6, 3, 4, 3, 2, 1]  # a b | c d | e f
+  raw = tmp_path / "raw"
+  raw.mkdir()
+  _write_csv(raw / "train.csv", [("q", a, "v", 0, i) for i, a in enumerate(train)])
+  _write_csv(raw / "test.csv", [("q", a, "v", 0, i) for i, a in enumerate(test)])
+  assert answer_stats.main([str(raw), "--fig1", str(tmp_path / "fig1.png"), "--top", "2"]) == 0
+  assert "| Unseen | 2 | 33.33 | 0.00 | 42.86 | 15.79 |" in capsys.readouterr().out
+  assert (tmp_path / "fig1.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_torch_missing_gives_clear_error(release, monkeypatch):
   raw, _ = release
   (raw / "f.pth").write_bytes(b"not read")

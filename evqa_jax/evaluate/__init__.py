@@ -1,7 +1,7 @@
 """Command-line evaluators over prediction files; by default each gives the official scoring script's numbers.
 
   python -m evqa_jax.evaluate.ovqa            --train-csv T | --ans2cat A [--test-vocab V]  --test-csv S --pred P
-                                              [--pred P2 --label A --label B] --out metrics.json [--plot long_tail.png]
+                                              [--pred P2 --label A --label B] --out metrics.json [--plot acc_vs_freq.png]
   python -m evqa_jax.evaluate.st_evidence     --gt-csv G --pred P.json [--gt-masks DIR [--pred-masks DIR]]
                                               [--out metrics.json]
   python -m evqa_jax.evaluate.st_evidence_mcq RESULTS.json | --pred P.json (--gt G.json | --mcq-csv C --temp-options T

@@ -3,7 +3,7 @@
 Usage:
   python -m evqa_jax.evaluate.ovqa --train-csv train.csv --test-csv test.csv --pred preds.csv --out metrics.json
   python -m evqa_jax.evaluate.ovqa --train-csv train.csv --test-csv test.csv \
-      --pred a.csv --label FrozenBiLM --pred b.csv --label FrozenBiLM+ --out metrics.json --plot long_tail.png
+      --pred a.csv --label FrozenBiLM --pred b.csv --label FrozenBiLM+ --out metrics.json --plot acc_vs_freq.png
 
   python -m evqa_jax.evaluate.ovqa --test-csv test.csv --test-vocab test_vocab.json --ans2cat ans2cat.json \
       --pred preds.csv --out metrics.json        categories and mAcc vocabulary from the authors' meta_data files
@@ -161,7 +161,7 @@ def binned_accuracy(counts: np.ndarray, accuracies: np.ndarray) -> tuple[np.ndar
   return np.asarray(xs), np.asarray(ys), np.asarray(ns)
 
 
-def plot_long_tail(train_counts: dict[str, int], gt_answers: Sequence[str],
+def plot_accuracy_vs_frequency(train_counts: dict[str, int], gt_answers: Sequence[str],
                    predictions: dict[str, Sequence[Optional[str]]], path: str) -> None:
   """Per-answer accuracy vs train frequency, one binned line per model; written atomically to `path` (PNG)."""
   import matplotlib
@@ -188,7 +188,7 @@ def plot_long_tail(train_counts: dict[str, int], gt_answers: Sequence[str],
   ax.set_xlabel("answer frequency in train (symlog; 0 = unseen)")
   ax.set_ylabel("per-answer test accuracy (%)")
   ax.set_ylim(-2, 102)
-  ax.set_title("OVQA long tail: accuracy vs answer frequency", pad=16)
+  ax.set_title("OVQA: per-answer accuracy vs answer frequency in train", pad=16)
   ax.legend(loc="lower right")
   fig.tight_layout()
   with io.atomic_path(path) as tmp:
@@ -273,7 +273,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
   io.write_json(args.out, out)
   print(format_table(results, stats))
   if args.plot:
-    plot_long_tail(counts, gt_answers, preds, args.plot)
+    plot_accuracy_vs_frequency(counts, gt_answers, preds, args.plot)
   return out
 
 
