@@ -112,10 +112,12 @@ class CLIPVisionEmbeddings(nn.Module):
 
 
 class CLIPAttention(nn.Module):
-  config: CLIPVisionConfig
+  """Multi-head self-attention; `bias` (broadcastable to `[b, h, q, k]`, e.g. the text tower's causal mask) is added
+  to the scores. The config is any of CLIP's tower configs (the fields read here)."""
+  config: Any
 
   @nn.compact
-  def __call__(self, x):
+  def __call__(self, x, bias=None):
     cfg = self.config
     proj = functools.partial(HeadProjection, (cfg.num_attention_heads, cfg.head_dim), ("embed", "heads", "kv"),
                              ("heads", "kv"), init_std=cfg.initializer_range, dtype=cfg.dtype,
@@ -124,6 +126,8 @@ class CLIPAttention(nn.Module):
     k = proj(name="k_proj")(x)
     v = proj(name="v_proj")(x)
     scores = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32)
+    if bias is not None:
+      scores = scores + bias
     probs = jax.nn.softmax(scores, axis=-1).astype(cfg.dtype)
     ctx = jnp.einsum("bhqk,bkhd->bqhd", probs, v)
     return HeadProjection((cfg.hidden_size,), ("heads", "kv", "embed"), ("embed",), to_heads=False,
@@ -132,7 +136,7 @@ class CLIPAttention(nn.Module):
 
 
 class CLIPMLP(nn.Module):
-  config: CLIPVisionConfig
+  config: Any
 
   @nn.compact
   def __call__(self, x):
@@ -143,11 +147,12 @@ class CLIPMLP(nn.Module):
 
 
 class CLIPEncoderLayer(nn.Module):
-  config: CLIPVisionConfig
+  config: Any
 
   @nn.compact
-  def __call__(self, x):
-    x = x + CLIPAttention(self.config, name="self_attn")(layers.encoder_layer_norm(self.config, "layer_norm1")(x))
+  def __call__(self, x, bias=None):
+    x = x + CLIPAttention(self.config, name="self_attn")(layers.encoder_layer_norm(self.config, "layer_norm1")(x),
+                                                         bias)
     x = x + CLIPMLP(self.config, name="mlp")(layers.encoder_layer_norm(self.config, "layer_norm2")(x))
     return nn.with_logical_constraint(x, ("batch", "length", "embed"))
 
