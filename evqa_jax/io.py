@@ -698,6 +698,24 @@ def load_npz(path: str, what: str = "file", trust_pickles: bool = False) -> dict
     raise ValueError(f"{what} {path}: cannot read as .npz ({e})") from None
 
 
+def check_finite_weights(tensors, source: str) -> None:
+  """ValueError naming the first tensor of `tensors` ({name: array}) that holds a NaN or an infinity, and `source`
+  (the file or checkpoint it came from). Every weight import goes through it (`hf_utils.read_checkpoint`: Hugging
+  Face folders, CLIP, FrozenBiLM, the authors' GNN, JustAsk; `checkpointing.load_checkpoint_arrays`: an earlier
+  run's params; word vectors), so a damaged weight is never loaded and scored silently."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  for name, value in tensors.items():
+    arr = np.asarray(value)
+    floating = arr.dtype.kind in "fc" or arr.dtype.name.startswith(("bfloat", "float"))  # ml_dtypes' bf16 too
+    if not floating:  # integer buffers, bools, text: always finite
+      continue
+    finite = np.isfinite(arr)
+    if not finite.all():
+      at = tuple(int(i) for i in np.argwhere(~finite)[0])
+      raise ValueError(f"{source}: tensor {name!r} {tuple(arr.shape)} holds {int(arr.size - finite.sum())} "
+                       f"non-finite value(s) (first: {float(arr[at])} at {at}); the weights are damaged, refused")
+
+
 def read_image(path: str, mode: str, what: str = "image"):
   """The image at `path` as a numpy array in PIL `mode` ("RGB", "L", ...). ValueError naming the file for anything
   PIL cannot or will not read, a decompression bomb included (PIL's size limit: a warning above it, an error above

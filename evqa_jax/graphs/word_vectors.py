@@ -80,6 +80,17 @@ class WordVectors:
     return self.vectors[rows].mean(axis=0)
 
 
+def _parse_row(values: Sequence[str], path: str, line_no: int, word: str) -> np.ndarray:
+  """One text row's vector (float32); ValueError naming the file, line and word when it is not numeric or not
+  finite (a NaN would spread through every graph edge and verbalizer weight built from it)."""
+  try:
+    row = np.asarray(values, np.float32)
+  except ValueError as e:
+    raise ValueError(f"{path}:{line_no}: non-numeric vector for word {word!r} (expected {len(values)} values)") from e
+  io.check_finite_weights({f"vector of word {word!r} (line {line_no})": row}, path)
+  return row
+
+
 def _read_text_vectors(path: str, max_words: Optional[int]) -> WordVectors:
   opener = gzip.open if path.endswith(".gz") else open
   words, rows = [], []
@@ -97,10 +108,7 @@ def _read_text_vectors(path: str, max_words: Optional[int]) -> WordVectors:
       if len(parts) - 1 < dim:
         raise ValueError(f"{path}:{line_no}: {len(parts) - 1} values for word {parts[0]!r}, expected {dim}")
       word = " ".join(parts[:len(parts) - dim])  # a few GloVe releases have tokens containing spaces
-      try:
-        rows.append(np.asarray(parts[len(parts) - dim:], np.float32))
-      except ValueError as e:
-        raise ValueError(f"{path}:{line_no}: non-numeric vector for word {word!r} (expected {dim} values)") from e
+      rows.append(_parse_row(parts[len(parts) - dim:], path, line_no, word))
       words.append(word)
       if max_words is not None and len(words) >= max_words:
         break
@@ -125,7 +133,9 @@ def _read_npy_parquet_dir(directory: str, max_words: Optional[int]) -> WordVecto
     raise ValueError(f"{directory}: {len(words)} words in {idxs[0]} but {matrix.shape[0]} rows in {embs[0]}")
   if max_words is not None:
     words, matrix = words[:max_words], matrix[:max_words]
-  return WordVectors(words, np.array(matrix, np.float32))
+  matrix = np.array(matrix, np.float32)
+  io.check_finite_weights({embs[0]: matrix}, directory)
+  return WordVectors(words, matrix)
 
 
 def load_word_vectors(source: str, max_words: Optional[int] = None) -> WordVectors:
@@ -176,10 +186,7 @@ def lookup_vectors(source: str, words: Sequence[str], dim: int) -> dict:
                          f"(word vectors {source!r})")
       word = " ".join(parts[:len(parts) - dim])
       if word in wanted and word not in out:
-        try:
-          out[word] = np.asarray(parts[len(parts) - dim:], np.float32)
-        except ValueError as e:
-          raise ValueError(f"{path}:{line_no}: non-numeric vector for word {word!r} (expected {dim} values)") from e
+        out[word] = _parse_row(parts[len(parts) - dim:], path, line_no, word)
   return out
 
 

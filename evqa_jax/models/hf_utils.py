@@ -7,7 +7,8 @@ Reading (checkpoint -> flat numpy dict keyed by the PyTorch state-dict name):
   `read_checkpoint(path, state_dict_key=None, trust_pickles=False, safe_globals=()) -> dict[str, np.ndarray]`
       `path` is a directory (looks for model.safetensors, model.safetensors.index.json, pytorch_model.bin,
       pytorch_model.bin.index.json, in that order) or a file (*.safetensors, or anything torch.load reads:
-      *.bin / *.pt / *.pth). Floating tensors come back as float32 numpy arrays (bf16/fp16 are upcast), integer
+      *.bin / *.pt / *.pth). A tensor holding a NaN or an infinity is an error naming it and its file
+      (`evqa_io.check_finite_weights`). Floating tensors come back as float32 numpy arrays (bf16/fp16 are upcast), integer
       buffers keep their dtype. safetensors files are parsed directly (no torch needed, bf16 supported).
       PyTorch pickles need torch; they are loaded with `weights_only=True` (tensors, containers, numbers, strings,
       plus the classes in `safe_globals`, e.g. argparse.Namespace for FrozenBiLM's training checkpoints) through
@@ -99,6 +100,7 @@ def _read_safetensors(path: str) -> Dict[str, np.ndarray]:
     elif not arr.dtype.isnative:
       arr = arr.astype(arr.dtype.newbyteorder("="))  # big-endian host: native order
     out[name] = arr
+  evqa_io.check_finite_weights(out, path)
   return out
 
 
@@ -142,6 +144,7 @@ def _read_torch(path: str, state_dict_key: Optional[str], trust_pickles: bool,
       out[name] = _torch_to_numpy(value, path, name)
   if not out:
     raise ValueError(f"{path}: the state dict holds no tensors (top-level keys: {list(obj)[:20]})")
+  evqa_io.check_finite_weights(out, path)
   return out
 
 

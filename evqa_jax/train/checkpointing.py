@@ -175,7 +175,8 @@ def load_checkpoint_arrays(workdir: str, step: int | None = None, allow_unverifi
 
   Host-side and device-independent: for inspecting or comparing runs, whatever mesh wrote them. Every array is
   verified against the checksums saved with it (ChecksumMismatchError); a checkpoint without them raises
-  UnverifiedCheckpointError unless `allow_unverified` (config.checkpoint.allow_unverified).
+  UnverifiedCheckpointError unless `allow_unverified` (config.checkpoint.allow_unverified); an array holding a NaN or
+  an infinity in its params is an error naming it (weights given to `init_from` or scored are never damaged silently).
   """
   ckpt_dir = os.path.join(io_lib.absolute(workdir), "checkpoints")
   chosen = None
@@ -214,4 +215,7 @@ def _load_step_arrays(step_dir: str, allow_unverified: bool) -> dict:
     arrays = ckptr.restore(path, restore_args=args)
   safeguards.verify_checksums(arrays, meta.get("checksums") if isinstance(meta, dict) else None, step_dir,
                               allow_unverified)
+  params = {k: arrays[k] for k in ("trainable", "frozen") if isinstance(arrays, dict) and k in arrays}
+  io_lib.check_finite_weights({jax.tree_util.keystr(p): x for p, x in jax.tree_util.tree_leaves_with_path(params)},
+                              f"checkpoint {step_dir}")
   return arrays
