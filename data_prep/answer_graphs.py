@@ -20,6 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from evqa_jax import cli  # noqa: E402
 from evqa_jax import io as evqa_io  # noqa: E402
+from evqa_jax import settings  # noqa: E402
 from evqa_jax.graphs import answer_graph  # noqa: E402
 from evqa_jax.graphs import word_vectors  # noqa: E402
 
@@ -39,10 +40,10 @@ def read_vocab(path: str) -> dict:
 def main(argv=None) -> dict:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--data", required=True, help="dataset directory holding vocab.json")
-  parser.add_argument("--k", type=int, default=10, help="GloVe neighbours per word")
-  parser.add_argument("--hops", type=int, default=2, help="K in Eq. 2")
-  parser.add_argument("--min-sim", type=float, default=None, help="cosine cut-off for neighbours")
-  parser.add_argument("--top-n", type=int, default=None, help="only the top-N most frequent words are candidates")
+  parser.add_argument("--k", type=settings.arg(settings.POSITIVE_INT, "--k"), default=10, help="GloVe neighbours per word")
+  parser.add_argument("--hops", type=settings.arg(settings.POSITIVE_INT, "--hops"), default=2, help="K in Eq. 2")
+  parser.add_argument("--min-sim", type=settings.arg(settings.rule_of("graph.min_sim"), "--min-sim"), default=None, help="cosine cut-off for neighbours")
+  parser.add_argument("--top-n", type=settings.arg(settings.POSITIVE_INT, "--top-n"), default=None, help="only the top-N most frequent words are candidates")
   parser.add_argument("--glove", default="pkg:glove-6b-50d",
                       help="word vectors: pkg:glove-6b-50d, a npy+parquet directory or a GloVe/word2vec text file")
   parser.add_argument("--authors-graph", default=None, metavar="META",

@@ -74,6 +74,7 @@ import pandas as pd
 
 from evqa_jax import cli
 from evqa_jax import io as evqa_io
+from evqa_jax import settings
 from evqa_jax.data import records
 from evqa_jax.data.example import Feature
 from evqa_jax.metrics import ovqa as ovqa_metrics
@@ -373,12 +374,12 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--features", default=None, help="feature dict: .pth, .npy, .npz or .h5")
   parser.add_argument("--subtitles", default=None, help="optional JSON (or .pkl) video_id -> subtitle text")
   parser.add_argument("--out", required=True, help="output directory (replaced as a whole)")
-  parser.add_argument("--num-frames", type=int, default=10)
-  parser.add_argument("--feature-dim", type=int, default=768)
+  parser.add_argument("--num-frames", type=settings.arg(settings.POSITIVE_INT, "--num-frames"), default=10)
+  parser.add_argument("--feature-dim", type=settings.arg(settings.POSITIVE_INT, "--feature-dim"), default=768)
   parser.add_argument("--feature-dtype", choices=features_lib.FEATURE_DTYPES, default="source",
                       help="storage dtype of the video features (default: the source's, float64 as float32; "
                            "float16 halves the records, values below its range become 0)")
-  parser.add_argument("--cvqa-topk", type=int, default=None,
+  parser.add_argument("--cvqa-topk", type=settings.arg(settings.COUNT, "--cvqa-topk"), default=None,
                       help="closed vocabulary size (0 = all train answers; default: --dataset's, else 4000)")
   parser.add_argument("--skip-bad", action="store_true", help="skip and count bad rows instead of failing")
   parser.add_argument("--authors-vocab", default=None,
@@ -387,7 +388,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--cvqa-vocab", default=None,
                       help="FrozenBiLM's {answer: id} vocabulary file (its zero-shot vocab1000.json): the closed "
                            "vocabulary (vocab_cvqa) instead of the top-k train answers")
-  parser.add_argument("--num-shards", type=int, default=None,
+  parser.add_argument("--num-shards", type=settings.arg(settings.POSITIVE_INT, "--num-shards"), default=None,
                       help=f"shards per split (default: one per {EXAMPLES_PER_SHARD} rows)")
   common.add_trust_pickles(parser)
   args = parser.parse_args(argv)

@@ -100,6 +100,7 @@ from PIL import Image, ImageDraw
 
 from evqa_jax import cli
 from evqa_jax import io as evqa_io
+from evqa_jax import settings
 from evqa_jax.data import records
 from data_prep import common
 from evqa_jax.data.example import Feature
@@ -738,11 +739,11 @@ def main(argv=None) -> int:
   p.add_argument("--instruct-json", default=None, help="folder of ST-Evidence-Instruct <entry_id>.json")
   p.add_argument("--mcq", default=None, help="ST-Evidence-MCQ JSON")
   p.add_argument("--split", default="test")
-  p.add_argument("--num-frames", type=int, default=NUM_FRAMES)
-  p.add_argument("--frame-size", type=int, nargs=2, default=list(FRAME_SIZE), metavar=("H", "W"))
+  p.add_argument("--num-frames", type=settings.arg(settings.POSITIVE_INT, "--num-frames"), default=NUM_FRAMES)
+  p.add_argument("--frame-size", type=settings.arg(settings.POSITIVE_INT, "--frame-size"), nargs=2, default=list(FRAME_SIZE), metavar=("H", "W"))
   p.add_argument("--allow-missing-masks", action="store_true",
                  help="convert entries without masks (empty masks, has_masks=False) instead of failing")
-  p.add_argument("--num-shards", type=int, default=1)
+  p.add_argument("--num-shards", type=settings.arg(settings.POSITIVE_INT, "--num-shards"), default=1)
   p.add_argument("--skip-bad", action="store_true", help="skip and count bad entries instead of failing")
   p.add_argument("--out", required=True)
   a = p.parse_args(argv)

@@ -35,6 +35,7 @@ from PIL import Image
 from data_prep import st_evidence
 from evqa_jax import cli
 from evqa_jax import io as evqa_io
+from evqa_jax import settings
 from evqa_jax.data import records
 
 SIZE = 64
@@ -325,9 +326,9 @@ def ensure_world(world_dir: str, preset: str = "default") -> str:
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   p.add_argument("--out", required=True)
-  p.add_argument("--seed", type=int, default=0)
+  p.add_argument("--seed", type=settings.arg(settings.INTEGER, "--seed"), default=0)
   p.add_argument("--small", action="store_true", help="tiny preset for tests")
-  p.add_argument("--num-shards", type=int, default=1, help="shards of the train split")
+  p.add_argument("--num-shards", type=settings.arg(settings.POSITIVE_INT, "--num-shards"), default=1, help="shards of the train split")
   a = p.parse_args(argv)
   generate(a.out, a.seed, a.small, a.num_shards)
   return 0

@@ -48,6 +48,7 @@ from data_prep import violin
 from evqa_jax import cli
 from evqa_jax import io as evqa_io
 from evqa_jax import pretrained
+from evqa_jax import settings
 
 FEATURE_DIM = 512
 FPS = 3.0
@@ -317,9 +318,9 @@ def ensure_world(world_dir: str, preset: str = "default", verbose: bool = True) 
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   p.add_argument("--out", required=True)
-  p.add_argument("--seed", type=int, default=0)
+  p.add_argument("--seed", type=settings.arg(settings.INTEGER, "--seed"), default=0)
   p.add_argument("--small", action="store_true", help="tiny preset for tests")
-  p.add_argument("--num-shards", type=int, default=1)
+  p.add_argument("--num-shards", type=settings.arg(settings.POSITIVE_INT, "--num-shards"), default=1)
   a = p.parse_args(argv)
   generate(a.out, a.seed, a.small, a.num_shards)
   return 0

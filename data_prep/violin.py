@@ -44,6 +44,7 @@ import numpy as np
 
 from evqa_jax import cli
 from evqa_jax import io as evqa_io
+from evqa_jax import settings
 from evqa_jax.data import records
 from data_prep import common
 from data_prep import features as features_lib
@@ -305,9 +306,9 @@ def main(argv=None) -> int:
   p.add_argument("--features", required=True, help="HDF5 file with <file>/<feature>_features, <file> being each clip's \"file\" field in the "
                  "annotation (not its clip id), as the authors' violin_dataset.py reads it")
   p.add_argument("--feature", default="resnet", choices=sorted(FEATURE_DIMS))
-  p.add_argument("--feature-dim", type=int, default=None, help="expected D (default: 2048 resnet, 4096 c3d)")
-  p.add_argument("--max-frames", type=int, default=MAX_FRAMES)
-  p.add_argument("--num-shards", type=int, default=1)
+  p.add_argument("--feature-dim", type=settings.arg(settings.POSITIVE_INT, "--feature-dim"), default=None, help="expected D (default: 2048 resnet, 4096 c3d)")
+  p.add_argument("--max-frames", type=settings.arg(settings.POSITIVE_INT, "--max-frames"), default=MAX_FRAMES)
+  p.add_argument("--num-shards", type=settings.arg(settings.POSITIVE_INT, "--num-shards"), default=1)
   p.add_argument("--skip-bad", action="store_true", help="skip and count bad clips instead of failing")
   p.add_argument("--out", required=True)
   a = p.parse_args(argv)

@@ -80,3 +80,59 @@ def test_non_finite_weights_are_refused_naming_tensor_and_file(tmp_path):
 def _ckpt_config():
   import ml_collections  # pylint: disable=g-import-not-at-top
   return ml_collections.ConfigDict({"checkpoint": {"max_to_keep": 2, "replica_parallel": None}})
+
+
+# ------------------------------------------------------------------------ class 7: numeric settings, checked first
+
+
+def _shipped_configs():
+  import importlib  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  from configs import common  # pylint: disable=g-import-not-at-top
+  for name in common.config_files():
+    module = importlib.import_module(f"configs.{name[:-3]}")
+    for variant in [None] + sorted(module.VARIANTS):
+      try:
+        yield f"{name}:{variant}", module.get_config(variant)
+      except ValueError:  # a variant that needs another (e.g. a size that only combines with a dataset)
+        continue
+
+
+def test_every_numeric_setting_is_checked_before_anything_runs(tmp_path, capsys):
+  """One table (evqa_jax/settings.py) holds every numeric key's range: a bad value stops train_and_evaluate and
+  launch/evaluate.py before anything is written, naming the key; the converters' numeric flags use the same rules."""
+  from evqa_jax import settings  # pylint: disable=g-import-not-at-top
+  from evqa_jax.train import trainer  # pylint: disable=g-import-not-at-top
+  # Every numeric key of every shipped config variant has a rule, and the shipped values keep it.
+  seen = 0
+  for name, config in _shipped_configs():
+    for key, value in settings.leaves(config):
+      if settings.is_number(value):
+        assert settings.rule_of(key) is not None, f"{name}: config.{key} has no rule in evqa_jax/settings.py"
+        seen += 1
+    settings.check_config(config)
+  assert seen > 1000
+  config = dict(_shipped_configs())["ovqa_msrvtt.py:demo"]
+  cases = {"verbalizer.eps": (1.5, r"config\.verbalizer\.eps = 1\.5: expected a number in \[0, 1\]"),
+           "checkpoint.max_to_keep": (0, r"config\.checkpoint\.max_to_keep = 0: expected an integer >= 1"),
+           "eval_batch_size": (0, r"config\.eval_batch_size = 0: expected an integer >= 1"),
+           "data.cvqa_topk": (-5, r"config\.data\.cvqa_topk = -5: expected an integer >= 0"),
+           "optim.lr": (float("nan"), r"config\.optim\.lr = nan: expected a number > 0")}
+  for key, (value, message) in cases.items():
+    bad = config.copy_and_resolve_references()
+    group, _, leaf = key.rpartition(".")
+    (bad[group] if group else bad)[leaf] = value
+    workdir = tmp_path / key
+    for run in (lambda: trainer.train_and_evaluate(bad, str(workdir)),
+                lambda: trainer.evaluate_checkpoint(bad, str(workdir), "last")):
+      with pytest.raises(ValueError, match=message):
+        run()
+      assert not workdir.exists()  # nothing written, nothing compiled
+  # The converters' flags: a negative --cvqa-topk would have kept all but the last train answers.
+  from data_prep import ovqa  # pylint: disable=g-import-not-at-top
+  with pytest.raises(SystemExit) as e:
+    ovqa.main(["--csv-dir", str(tmp_path), "--features", str(tmp_path / "f.npz"), "--out", str(tmp_path / "o"),
+               "--cvqa-topk", "-1"])
+  assert e.value.code == 2
+  assert "argument --cvqa-topk: --cvqa-topk = -1: expected an integer >= 0" in capsys.readouterr().err

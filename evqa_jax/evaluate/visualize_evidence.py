@@ -23,6 +23,7 @@ from PIL import Image
 
 from evqa_jax import cli
 from evqa_jax import io as io_lib
+from evqa_jax import settings
 from evqa_jax.data import records
 from evqa_jax.data import source as source_lib
 from evqa_jax.metrics import st_evidence as st
@@ -141,7 +142,7 @@ def main(argv: Optional[Sequence[str]] = None) -> str:
   p.add_argument("--pred-masks", required=True, help="predicted masks: <dir>/<entry_id>/masks/<frame>.png")
   p.add_argument("--entries", required=True, help="comma-separated entry ids")
   p.add_argument("--out", required=True, help="PNG to write")
-  p.add_argument("--num-frames", type=int, default=8, help="frames shown per entry")
+  p.add_argument("--num-frames", type=settings.arg(settings.POSITIVE_INT, "--num-frames"), default=8, help="frames shown per entry")
   a = p.parse_args(argv)
   io_lib.check_args(a, ["out"])
   entries = [io_lib.check_id(e.strip(), f"--entries item {k}", "entry id")

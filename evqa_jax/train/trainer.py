@@ -24,6 +24,7 @@ import numpy as np
 
 from evqa_jax import io as io_lib
 from evqa_jax import projects as tasks_lib
+from evqa_jax import settings
 from evqa_jax.data import pipeline
 from evqa_jax.train import checkpointing, durations, evaluation, partition, safeguards, sharding
 from evqa_jax.train import history as history_lib
@@ -70,6 +71,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
 
   One run per workdir at a time (safeguards.workdir_lock); a run that lost its lock to another stops with
   safeguards.LockLostError before its next write."""
+  settings.check_config(config)  # every numeric setting, naming its key, before anything is written or compiled
   workdir = io_lib.absolute(workdir)  # local, or gs://... (every file below goes through evqa_jax.io / epath)
   safeguards.check_workdir_paths(config, workdir)  # before anything is written
   io_lib.makedirs(workdir)
@@ -272,6 +274,7 @@ def evaluate_checkpoint(config, workdir: str, checkpoint: str | None, splits=Non
   (default config.data.eval_splits). Writes what training's evaluation writes, under <workdir>/eval/<split>_step<N>/
   (zero-shot: <split>_zero_shot/), and <workdir>/evaluate_<step<N>|zero_shot>.json; returns
   {"checkpoint", "step", "eval": {split: metrics}}."""
+  settings.check_config(config)
   workdir = io_lib.absolute(workdir)
   safeguards.check_workdir_paths(config, workdir)  # before anything is written
   task, mesh, rules, batch_shard = _build(config)
