@@ -136,3 +136,53 @@ def test_every_numeric_setting_is_checked_before_anything_runs(tmp_path, capsys)
                "--cvqa-topk", "-1"])
   assert e.value.code == 2
   assert "argument --cvqa-topk: --cvqa-topk = -1: expected an integer >= 0" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------- class 8: predicted masks that cannot be scored
+
+
+def test_unscorable_predicted_masks_are_reported(tmp_path, capsys):
+  """ST-Evidence masks: a truncated predicted PNG is skipped as the official eval_st_evidence.py skips it (load_mask ->
+  None -> continue) but named in a warning and in the output JSON; a predictions folder laid out like the ground
+  truth (<dir>/<entry_id>/*.png, not <entry_id>/masks/) scores 0, as the official, and is reported as such."""
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+  from evqa_jax.evaluate import st_evidence as st_cli  # pylint: disable=g-import-not-at-top
+
+  def png(path, mask):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    Image.fromarray(mask.astype(np.uint8) * 255).save(path)
+
+  square = np.zeros((8, 8), bool)
+  square[2:6, 2:6] = True
+  (tmp_path / "gt.csv").write_text('entry_id,candidates,answer,segment\ne1,"[\'a\', \'b\']",a,"[[0, 1]]"\n'
+                                   'e2,"[\'a\', \'b\']",b,"[[0, 1]]"\n')
+  (tmp_path / "pred.json").write_text(json.dumps({e: {"parsed_response": {"answer": "A", "segments": [[0, 1]]}}
+                                                  for e in ("e1", "e2")}))
+  for e in ("e1", "e2"):
+    for frame in ("00000", "00001"):
+      png(str(tmp_path / "gt" / e / f"{frame}.png"), square)
+      png(str(tmp_path / "pred" / e / "masks" / f"{frame}.png"), square)  # perfect masks
+  good = (tmp_path / "pred" / "e1" / "masks" / "00001.png").read_bytes()
+  (tmp_path / "pred" / "e1" / "masks" / "00001.png").write_bytes(good[:len(good) // 2])  # truncated
+  args = ["--gt-csv", str(tmp_path / "gt.csv"), "--gt-masks", str(tmp_path / "gt"), "--pred",
+          str(tmp_path / "pred.json"), "--pred-masks", str(tmp_path / "pred"), "--out", str(tmp_path / "m.json")]
+  m = st_cli.main(args)
+  bad = str(tmp_path / "pred" / "e1" / "masks" / "00001.png")
+  # The official numbers: the readable frames score 1, the truncated one is skipped ...
+  assert m["J"] == m["F"] == 100.0 and m["num_mask_frames"] == 3
+  # ... and reported: counted, listed in the JSON and per entry, named on stderr.
+  assert m["format_errors_unreadable_masks"] == 1 and m["unreadable_mask_files"] == [bad]
+  assert m["per_sample_scores"]["e1"]["unreadable_masks"] == [bad]
+  assert json.loads((tmp_path / "m.json").read_text())["unreadable_mask_files"] == [bad]
+  err = capsys.readouterr().err
+  assert f"warning: 1 predicted mask PNG(s) cannot be read (truncated or not an image) and are skipped, as the " \
+         f"official evaluator skips them: {bad}" in err
+  # Predictions laid out like the ground truth: every entry scores 0 (the official result), with a warning.
+  args[args.index("--pred-masks") + 1] = str(tmp_path / "gt")
+  m = st_cli.main(args[:-2] + ["--out", str(tmp_path / "m2.json")])
+  assert m["J"] == m["F"] == 0.0 and m["num_missing_mask_folders"] == 2
+  assert m["per_sample_scores"]["e2"]["mask_folder_missing"] is True
+  err = capsys.readouterr().err
+  assert (f"warning: 2 entries with ground-truth masks have no predicted mask folder (--pred-masks {tmp_path}/gt) and "
+          f"score 0 J and F, e.g. ['e1', 'e2']: 2 of them hold PNGs directly in {tmp_path}/gt/<entry_id>/ (the "
+          f"ground truth's layout), but predicted masks are read from {tmp_path}/gt/<entry_id>/masks/*.png") in err

@@ -19,7 +19,10 @@ Inputs, read exactly as SalesforceAIResearch/EVQA `benchmark/st_evidence_gen/eva
   --pred-masks: <dir>/<entry_id>/masks/<name>.png; default, as the official script: the --pred path with ".json"
     removed, + "/concat" (or "/seperate" with --mask-mode seperate). An entry's "mask_folder" key, when present,
     takes precedence (a path relative to the working directory, as in the official script). A predicted PNG is
-    matched to the GT PNG of exactly the same file name (no GT PNG = empty mask); unreadable PNGs are skipped.
+    matched to the GT PNG of exactly the same file name (no GT PNG = empty mask); unreadable PNGs are skipped, as
+    the official script skips them, and reported (a warning naming each file; `unreadable_mask_files` in the
+    output); entries without a predicted folder score 0, as the official, and are reported too
+    (`num_missing_mask_folders`; a folder laid out like the ground truth, <dir>/<entry_id>/*.png, is named so).
     Names: the authors' prediction scripts write frame i of the 6-fps video as `str(i).zfill(5) + ".png"`, the naming
     of the release's masks (`mask_file_name`); our writer reuses the padding of each entry's GT folder
     (`mask_name_digits`, stored by the converter).
@@ -31,7 +34,8 @@ Output (--out, default <pred dir>/<pred stem>_eval.json as the official script):
 blocks with its rounding (qa_metrics, temporal_metrics, format_errors, mask_metrics, num_samples); then our
 unrounded flat keys (accuracy, mIoU, mIoP, tIoU@0.3, tIoU@0.5, tIoP@0.3, tIoP@0.5, t_mean, J, F, JF in percent;
 num_correct, num_entries, num_mask_entries, num_mask_frames, num_missing_predictions, num_unmatched_predictions,
-format_errors_<kind>) and "per_sample_scores" ({entry_id: {correct, IoU, IoP[, J, F, num_mask_frames][, missing |
+format_errors_<kind>; with masks num_missing_mask_folders, unreadable_mask_files) and "per_sample_scores"
+({entry_id: {correct, IoU, IoP[, J, F, num_mask_frames][, mask_folder_missing][, unreadable_masks][, missing |
 format_error]}}). Where ours differs from the official script (a GT/prediction mask
 size mismatch: the official loses every mask metric, ours scores that frame 0 and counts it) the README says so.
 """
@@ -176,12 +180,15 @@ def _frame_number_key(name: str):
 
 def entry_mask_scores_from_dirs(gt_dir: str, pred_dir: Optional[str], bound_th: float = st.BOUND_TH,
                                 match_frame_numbers: bool = False,
-                                errors: Optional[collections.Counter] = None) -> Optional[tuple[float, float, int]]:
+                                errors: Optional[collections.Counter] = None,
+                                unreadable: Optional[list] = None) -> Optional[tuple[float, float, int]]:
   """(J, F, number of scored frames) of one entry whose GT folder exists, as the official `evaluate_single_entry`.
 
   No predicted folder or no PNG in it -> (0, 0, 0). Each readable predicted PNG is scored against the GT PNG of the
   same file name (an absent or unreadable GT PNG is empty). When no predicted PNG is readable the official script
   drops the entry from the mask means: None. A GT/prediction size mismatch scores that frame 0 (counted in `errors`).
+  Unreadable predicted PNGs (truncated, not an image) are skipped, as the official `load_mask` -> None -> `continue`,
+  and their paths appended to `unreadable` (reported by `evaluate`: never a silent skip).
   """
   if pred_dir is None or not io.epath_of(pred_dir).is_dir():
     return 0.0, 0.0, 0
@@ -198,6 +205,8 @@ def entry_mask_scores_from_dirs(gt_dir: str, pred_dir: Optional[str], bound_th: 
     if pred is None:
       if errors is not None:
         errors["unreadable_masks"] += 1
+      if unreadable is not None:
+        unreadable.append(os.path.join(pred_dir, name))
       continue
     gt_name = gt_names.get(_frame_number_key(name) if match_frame_numbers else name)
     gt = read_mask(os.path.join(gt_dir, gt_name)) if gt_name is not None else None
@@ -248,6 +257,8 @@ def evaluate(gt_csv: str, pred_json: str, gt_masks: Optional[str], pred_masks: O
   correct, ious, iops, entry_j, entry_f = [], [], [], [], []
   per_entry: dict[str, dict[str, Any]] = {}
   missing = mask_frames = 0
+  unreadable: list = []  # predicted PNGs skipped as unreadable (paths)
+  no_folder: list = []  # entries with GT masks whose predicted mask folder does not exist (scored 0)
   for row in gt_rows:
     eid = row["entry_id"]
     pred = preds.get(eid)
@@ -266,8 +277,15 @@ def evaluate(gt_csv: str, pred_json: str, gt_masks: Optional[str], pred_masks: O
     elif pred["error"]:
       rec["format_error"] = pred["error"]
     if gt_masks is not None and io.epath_of(os.path.join(gt_masks, eid)).exists():  # exists(), as the official check
-      scores = entry_mask_scores_from_dirs(os.path.join(gt_masks, eid), _pred_mask_dir(pred, eid, pred_masks),
-                                           bound_th, match_frame_numbers, errors)
+      pred_dir = _pred_mask_dir(pred, eid, pred_masks)
+      if pred_dir is None or not io.epath_of(pred_dir).is_dir():
+        no_folder.append(eid)
+        rec["mask_folder_missing"] = True
+      before = len(unreadable)
+      scores = entry_mask_scores_from_dirs(os.path.join(gt_masks, eid), pred_dir, bound_th, match_frame_numbers,
+                                           errors, unreadable)
+      if len(unreadable) > before:
+        rec["unreadable_masks"] = unreadable[before:]
       if scores is not None:
         j, f, n = scores
         entry_j.append(j)
@@ -282,10 +300,39 @@ def evaluate(gt_csv: str, pred_json: str, gt_masks: Optional[str], pred_masks: O
   metrics["num_missing_predictions"] = missing
   metrics["num_unmatched_predictions"] = len(unmatched)
   metrics["masks_scored"] = gt_masks is not None
+  if gt_masks is not None:
+    metrics["num_missing_mask_folders"] = len(no_folder)
+    metrics["unreadable_mask_files"] = unreadable
+    report_masks(no_folder, unreadable, pred_masks)
   for kind in OFFICIAL_ERROR_KINDS + EXTRA_ERROR_KINDS:
     metrics[f"format_errors_{kind}"] = errors[kind]
   metrics["format_errors_total"] = sum(errors[k] for k in OFFICIAL_ERROR_KINDS)
   return metrics, per_entry
+
+
+def report_masks(no_folder: list, unreadable: list, pred_masks: Optional[str]) -> None:
+  """Warning lines (stderr) for predicted masks that could not be scored, so that no score hides them: unreadable
+  PNGs (skipped, as the official script skips them; each file named) and entries without a predicted mask folder
+  (scored 0, as the official), with the layout the folder has when it matches nothing the evaluator reads."""
+  if unreadable:
+    print(f"warning: {len(unreadable)} predicted mask PNG(s) cannot be read (truncated or not an image) and are "
+          f"skipped, as the official evaluator skips them: {', '.join(unreadable[:10])}"
+          f"{' ...' if len(unreadable) > 10 else ''} (listed in unreadable_mask_files)", file=sys.stderr)
+  if not no_folder:
+    return
+  where = f"--pred-masks {pred_masks}" if pred_masks else "no --pred-masks / mask_folder"
+  hint = ""
+  if pred_masks and not io.epath_of(pred_masks).is_dir():
+    hint = f": {pred_masks} does not exist"
+  elif pred_masks:
+    flat = [e for e in no_folder if io.epath_of(os.path.join(pred_masks, e)).is_dir()
+            and _png_names(os.path.join(pred_masks, e))]
+    if flat:
+      hint = (f": {len(flat)} of them hold PNGs directly in {pred_masks}/<entry_id>/ (the ground truth's layout), "
+              f"but predicted masks are read from {pred_masks}/<entry_id>/masks/*.png (the official layout)")
+  print(f"warning: {len(no_folder)} entr{'y' if len(no_folder) == 1 else 'ies'} with ground-truth masks have no "
+        f"predicted mask folder ({where}) and score 0 J and F, e.g. {no_folder[:5]}{hint} (num_missing_mask_folders)",
+        file=sys.stderr)
 
 
 def official_block(metrics: dict[str, Any]) -> dict[str, Any]:
