@@ -283,8 +283,11 @@ def check_record(example: Mapping, spec, where: str) -> dict:
   return dict(example)
 
 
-def check_converted(converted: int, skipped: Mapping[str, int], where: str) -> None:
-  """A run that converted nothing (every record skipped, or no input rows) is an error, not an empty dataset."""
+def check_converted(converted: int, skipped: Mapping[str, int], where: str, split: str | None = None) -> None:
+  """A run, or one `split` of it, that converted nothing (every record skipped by --skip-bad, or no input rows) is an
+  error, not an empty dataset or split: every converter calls it for each split it writes, inside `build_output`,
+  so the error leaves --out as it was."""
   if converted == 0:
     reasons = ", ".join(f"{k}: {v}" for k, v in skipped.items() if v) or "no input records"
-    raise ValueError(f"{where}: converted 0 records (skipped {reasons}); nothing to write")
+    of = f"split {split!r}: " if split else ""
+    raise ValueError(f"{where}: {of}converted 0 records (skipped {reasons}); nothing to write")

@@ -305,8 +305,7 @@ def convert(csv_dir: str, features: str, out_dir: str, *, subtitles: str | None 
 
       shards = num_shards or max(1, math.ceil(len(df) / EXAMPLES_PER_SHARD))
       records.write_split(tmp_dir, split, examples(), spec, num_shards=shards)
-      if split in REQUIRED_SPLITS:
-        common.check_converted(len(kept), skipped, f"{csv_paths[split]} ({len(df)} rows)")
+      common.check_converted(len(kept), skipped, f"{csv_paths[split]} ({len(df)} rows)", split)
       with evqa_io.atomic_path(os.path.join(tmp_dir, f"{split}.csv")) as tmp:
         df.iloc[kept].to_csv(tmp, index=False)
       summary[split] = {

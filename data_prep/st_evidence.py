@@ -675,7 +675,7 @@ def _convert(csv_path, frames_dir, out, split, masks_dir, instruct_dir, mcq_path
   inputs = [csv_path, frames_dir, videos_dir, masks_dir, instruct_dir, mcq_path, mcq_release]
   with common.build_output(out, inputs, "data_prep.st_evidence", keep_existing=True) as tmp:
     written = records.write_split(tmp, split, examples(), spec, num_shards=num_shards)
-    common.check_converted(written, skipped, csv_path)
+    common.check_converted(written, skipped, csv_path, split)
     _write_ground_truth(tmp, split, csv_path, header, kept_rows, masks_dir, png_entries, mcq_path, mcq_kept)
 
     counts = {"converted": written, "skipped": dict(sorted(skipped.items())),

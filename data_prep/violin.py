@@ -282,6 +282,8 @@ def convert(annotation: str, features: str, out: str, feature: str = "resnet", f
     conversion = counts.as_json(report_splits)
     common.check_converted(sum(counts.converted_records.values()),
                            {f"{s}/{k}": v for s in counts.skipped for k, v in counts.skipped[s].items()}, annotation)
+    for split in written_splits:  # a split that --skip-bad emptied is an error too, not an empty split
+      common.check_converted(counts.converted_records[split], counts.skipped[split], annotation, split)
     evqa_io.write_json(os.path.join(tmp, ANNOTATION_COPY), kept)
     records.update_metadata(
         tmp, task="violin", feature=feature, feature_dim=feature_dim, max_frames=max_frames,

@@ -145,8 +145,9 @@ def test_features_are_looked_up_by_the_clips_file(tmp_path):
                           "'other_name/resnet_features' is not in the features file; the clip id is a group there, "
                           "but the authors' loader reads the file's")
   # Two clips naming one file (the authors assert one file per clip).
-  ann = {"c1": {**_clip("train"), "file": "f"}, "c2": {**_clip("test"), "file": "f"}}
-  a, h = _write(tmp_path, ann, {"f": x})
+  ann = {"c1": {**_clip("train"), "file": "f"}, "c2": {**_clip("test"), "file": "f"},
+         "c3": {**_clip("test"), "file": "g"}}  # (a split that --skip-bad empties is an error of its own)
+  a, h = _write(tmp_path, ann, {"f": x, "g": x})
   with pytest.raises(violin.ConversionError, match=r"clip 'c2': field 'file' 'f' is also the file of clip 'c1' \(one file per clip\)"):
     violin.convert(a, h, str(tmp_path / "o3"), feature_dim=4, verbose=False)
   counts = violin.convert(a, h, str(tmp_path / "o3"), feature_dim=4, skip_bad=True, verbose=False)

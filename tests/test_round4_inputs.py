@@ -186,3 +186,27 @@ def test_unscorable_predicted_masks_are_reported(tmp_path, capsys):
   assert (f"warning: 2 entries with ground-truth masks have no predicted mask folder (--pred-masks {tmp_path}/gt) and "
           f"score 0 J and F, e.g. ['e1', 'e2']: 2 of them hold PNGs directly in {tmp_path}/gt/<entry_id>/ (the "
           f"ground truth's layout), but predicted masks are read from {tmp_path}/gt/<entry_id>/masks/*.png") in err
+
+
+# ------------------------------------------------------------ round 3: a split that --skip-bad left empty
+
+
+def test_a_split_left_empty_by_skip_bad_is_an_error(tmp_path, capsys):
+  """VIOLIN: the train clip converts, the only test clip has the wrong feature size: with --skip-bad the test split
+  used to be written empty (exit 0). Now one line naming the split and why; --out is not created."""
+  import h5py  # pylint: disable=g-import-not-at-top
+  from data_prep import violin  # pylint: disable=g-import-not-at-top
+  from evqa_jax import cli  # pylint: disable=g-import-not-at-top
+  ann = {f"c{i}": {"file": f"c{i}", "split": s, "sub": [], "statement": [["p", "n"]]}
+         for i, s in enumerate(["train", "test"])}
+  (tmp_path / "ann.json").write_text(json.dumps(ann))
+  with h5py.File(tmp_path / "f.h5", "w") as f:
+    f.create_group("c0").create_dataset("resnet_features", data=np.ones((2, 4)))
+    f.create_group("c1").create_dataset("resnet_features", data=np.ones((2, 5)))  # wrong size: skipped
+  args = ["--annotation", str(tmp_path / "ann.json"), "--features", str(tmp_path / "f.h5"), "--feature-dim", "4",
+          "--skip-bad", "--out", str(tmp_path / "out")]
+  assert cli.run(violin.main, args) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and err[0].startswith(f"error: {tmp_path / 'ann.json'}: split 'test': converted 0 records "
+                                             "(skipped "), err
+  assert not (tmp_path / "out").exists()
