@@ -38,6 +38,7 @@ import glob
 import json
 import os
 import tarfile
+import zlib
 
 import numpy as np
 
@@ -261,14 +262,24 @@ def extract_options(mcq_dir: str, work_dir: str) -> str:
   tar_path = os.path.join(mcq_dir, "options.tar.gz")
   if not os.path.exists(tar_path):
     raise ReleaseError("bad_mcq", f"{mcq_dir}: neither options/ nor options.tar.gz (the spatial option images)")
-  with tarfile.open(tar_path, "r:gz") as tar:
-    if hasattr(tarfile, "data_filter"):
-      tar.extractall(work_dir, filter="data")
-    else:  # Python without extraction filters: the same rule, checked by hand
-      for m in tar.getmembers():
-        if not (m.isfile() or m.isdir()) or os.path.isabs(m.name) or ".." in m.name.split("/"):
-          raise ReleaseError("bad_mcq", f"{tar_path}: member {m.name!r} is not a plain file inside the archive")
-      tar.extractall(work_dir)
+  try:
+    with tarfile.open(tar_path, "r:gz") as tar:
+      # Sizes come from the member headers: more than gzip can expand the archive to is a lie, refused before
+      # anything is written (a header claiming terabytes would fill the disk or end in a bare error).
+      claimed = sum(m.size for m in tar.getmembers())
+      limit = io_lib.MAX_DEFLATE_RATIO * os.path.getsize(tar_path) + 4096
+      if claimed > limit:
+        raise ReleaseError("bad_mcq", f"{tar_path}: its member headers claim {claimed} bytes, more than the "
+                           f"{os.path.getsize(tar_path)}-byte archive can hold; refused")
+      if hasattr(tarfile, "data_filter"):
+        tar.extractall(work_dir, filter="data")
+      else:  # Python without extraction filters: the same rule, checked by hand
+        for m in tar.getmembers():
+          if not (m.isfile() or m.isdir()) or os.path.isabs(m.name) or ".." in m.name.split("/"):
+            raise ReleaseError("bad_mcq", f"{tar_path}: member {m.name!r} is not a plain file inside the archive")
+        tar.extractall(work_dir)
+  except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
+    raise ReleaseError("bad_mcq", f"{tar_path}: cannot extract ({type(e).__name__}: {e})") from None
   return work_dir
 
 

@@ -136,7 +136,10 @@ class FeatureStore(Mapping):
           raise FeatureError(
               f"{self.path}: group {key!r} must hold exactly one dataset, found {sorted(datasets)}")
         item = item[datasets[0]]
-      return item[()]
+      try:
+        return evqa_io.read_h5_dataset(item, f"{self.path}: dataset {item.name!r}")
+      except ValueError as e:
+        raise FeatureError(str(e)) from None
 
     self._get = get
 

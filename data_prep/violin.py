@@ -167,7 +167,7 @@ def load_clip_features(h5, clip_id: str, feature: str, feature_dim: int, path: s
                        file: str | None = None) -> np.ndarray:
   key = check_clip_features(h5, clip_id, feature, feature_dim, path, file)
   try:
-    x = np.asarray(h5[key][()])
+    x = np.asarray(evqa_io.read_h5_dataset(h5[key], f"{path}: clip {clip_id!r}: field {key!r}"))
   except Exception as e:  # h5py raises OSError/TypeError/ValueError for damaged datasets
     raise ConversionError("unreadable_features", f"{path}: clip {clip_id!r}: cannot read {key!r} ({e})") from e
   try:  # the one features check (data_prep/features.py): finite in float32, the compute dtype

@@ -11,6 +11,7 @@ import math
 import os
 import re
 import shutil
+import sys
 import tempfile
 
 
@@ -317,8 +318,12 @@ def load_npy(path: str, trust_pickles: bool = False, mmap_mode=None):
   """np.load of a .npy file: plain arrays only unless `trust_pickles` (object arrays are pickles)."""
   import numpy as np  # pylint: disable=g-import-not-at-top
   try:
+    with open(path, "rb") as f:
+      check_npy_header(f, os.fstat(f.fileno()).st_size, f"{path}: .npy file")
     return np.load(path, allow_pickle=trust_pickles, mmap_mode=mmap_mode)
   except ValueError as e:
+    if str(e).startswith(f"{path}: .npy file"):
+      raise
     if not trust_pickles and "allow_pickle" in str(e):
       raise _untrusted(path, "the .npy file") from None
     raise ValueError(f"{path}: cannot read as .npy ({e})") from e
@@ -418,6 +423,25 @@ def _json_number_error(text: str, literal: str, path: str, what: str) -> ValueEr
                     "(overflow, NaN or infinity)")
 
 
+class MissingFieldError(KeyError, ValueError):
+  """A field that a record read from a file lacks; its message names the file (a KeyError for code that expects one,
+  a ValueError for the one-line CLI error)."""
+
+  def __str__(self) -> str:
+    return str(self.args[0]) if self.args else ""
+
+
+class JsonObject(dict):
+  """A JSON object read by `loads_json`: a missing field (`obj["x"]`) raises MissingFieldError naming the file and
+  the keys the object has, instead of a bare KeyError that names nothing. Otherwise a plain dict."""
+
+  source = "JSON"
+
+  def __missing__(self, key):
+    have = ", ".join(repr(k) for k in list(self)[:8]) + (", ..." if len(self) > 8 else "")
+    raise MissingFieldError(f"{self.source}: a record has no field {key!r} (its fields: {have or 'none'})")
+
+
 def loads_json(text: str, path: str, what: str = "file", finite: bool = True):
   """json.loads refusing NaN/Infinity and numbers that overflow float64 / int64, with file, line and field.
 
@@ -427,7 +451,8 @@ def loads_json(text: str, path: str, what: str = "file", finite: bool = True):
   def no_duplicates(pairs):
     # json keeps the last of two equal keys: a repeated id would silently replace the first (a test clip's entry
     # turning into a train clip's)
-    out = {}
+    out = JsonObject()
+    out.source = f"{what} {path}"
     for key, value in pairs:
       if key in out:
         pos = max(text.find(json.dumps(key)), 0)
@@ -441,6 +466,8 @@ def loads_json(text: str, path: str, what: str = "file", finite: bool = True):
       return json.loads(text, object_pairs_hook=no_duplicates)
     except json.JSONDecodeError as e:
       raise ValueError(f"{what} {path}: line {e.lineno}, column {e.colno}: not valid JSON ({e.msg})") from None
+    except RecursionError:
+      raise _too_deep(path, what) from None
 
   def parse_float(s):
     v = float(s)
@@ -462,6 +489,14 @@ def loads_json(text: str, path: str, what: str = "file", finite: bool = True):
                       object_pairs_hook=no_duplicates)
   except json.JSONDecodeError as e:
     raise ValueError(f"{what} {path}: line {e.lineno}, column {e.colno}: not valid JSON ({e.msg})") from None
+  except RecursionError:
+    raise _too_deep(path, what) from None
+
+
+def _too_deep(path: str, what: str) -> ValueError:
+  # json's C decoder stops at Python's recursion limit; no input of this project nests anywhere near it.
+  return ValueError(f"{what} {path}: JSON nested too deeply to read (arrays / objects more than about "
+                    f"{sys.getrecursionlimit()} levels deep); refused")
 
 
 def load_json(path: str, what: str = "file", finite: bool = True):
@@ -668,9 +703,66 @@ def check_links_inside(root: str) -> None:
 
 # --------------------------------------------------------------------------- one reader per binary input kind
 
+# Deflate's largest expansion is about 1032:1: a zip member claiming more than this times its compressed size lies.
+MAX_DEFLATE_RATIO = 1100
+
+
+def check_npy_header(f, available: int, where: str) -> None:
+  """Refuses a .npy payload (open binary `f` at its start, `available` bytes long) whose header claims more data than
+  it holds, before numpy allocates what the header says (a shape of terabytes: MemoryError naming nothing)."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  try:
+    version = np.lib.format.read_magic(f)
+    if version == (1, 0):
+      shape, _, dtype = np.lib.format.read_array_header_1_0(f)
+    elif version == (2, 0):
+      shape, _, dtype = np.lib.format.read_array_header_2_0(f)
+    else:
+      return  # numpy's own reader checks the rest (version 3.0 headers are rare)
+  except (ValueError, OSError, EOFError, SyntaxError) as e:
+    raise ValueError(f"{where}: not a .npy payload ({e})") from None
+  if dtype.hasobject:
+    return  # pickled objects: refused or trusted by the caller
+  needed = int(np.prod(shape, dtype=object)) * dtype.itemsize
+  holds = available - f.tell()
+  if needed > holds:
+    raise ValueError(f"{where}: its header claims shape {tuple(shape)} {dtype} ({needed} bytes) but it holds {holds} "
+                     "bytes; refused before allocating")
+
+
+def _check_npz_member(z, key: str, where: str) -> None:
+  import zipfile  # pylint: disable=g-import-not-at-top
+  names = z.zip.namelist()
+  name = key if key in names else f"{key}.npy"
+  if name not in names:
+    return  # numpy raises KeyError naming the member
+  info = z.zip.getinfo(name)
+  if info.compress_type != zipfile.ZIP_STORED and info.file_size > MAX_DEFLATE_RATIO * info.compress_size + 4096:
+    raise ValueError(f"{where}: the zip header claims {info.file_size} bytes from {info.compress_size} compressed "
+                     "(more than deflate can expand); refused before allocating")
+  with z.zip.open(name) as f:
+    check_npy_header(f, info.file_size, where)
+
+
+def read_h5_dataset(ds, where: str):
+  """`ds[()]` of an h5py Dataset, after checking that the size its header claims fits the file (times deflate's
+  largest expansion when the dataset is compressed): a header claiming terabytes is an error naming `where`, not a
+  MemoryError."""
+  claimed = int(ds.size) * ds.dtype.itemsize
+  filtered = ds.id.get_create_plist().get_nfilters() > 0
+  file_bytes = os.path.getsize(ds.file.filename)
+  if claimed > file_bytes * (MAX_DEFLATE_RATIO if filtered else 1) + 4096:
+    raise ValueError(f"{where}: the HDF5 header claims shape {ds.shape} {ds.dtype} ({claimed} bytes) but the file "
+                     f"has {file_bytes} bytes; refused before allocating")
+  return ds[()]
+
+
 def npz_member(z, key: str, path: str, what: str = "file", trust_pickles: bool = False):
-  """Member `key` of an open np.load(.npz) `z`: a pickled member is refused (UnsafeInputError) and any other error
-  names the file and member (numpy reads members lazily, so this is where a pickle or damage shows)."""
+  """Member `key` of an open np.load(.npz) `z`: a pickled member is refused (UnsafeInputError), a header claiming
+  more than the member holds too (`check_npy_header`), and any other error names the file and member (numpy reads
+  members lazily, so this is where a pickle or damage shows)."""
+  if hasattr(z, "zip"):
+    _check_npz_member(z, key, f"{what} {path}: member {key!r}")
   try:
     return z[key]
   except ValueError as e:

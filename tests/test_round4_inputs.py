@@ -210,3 +210,65 @@ def test_a_split_left_empty_by_skip_bad_is_an_error(tmp_path, capsys):
   assert len(err) == 1 and err[0].startswith(f"error: {tmp_path / 'ann.json'}: split 'test': converted 0 records "
                                              "(skipped "), err
   assert not (tmp_path / "out").exists()
+
+
+# ------------------------------------------------------------------- class 5: every reader names its file
+
+
+def test_every_reader_names_its_file_before_allocating(tmp_path):
+  """Headers claiming terabytes (TFRecord length, .npy / .npz member shape, HDF5 dataset, safetensors offsets), JSON
+  nested too deep and a record missing a field: one ValueError naming the file, never MemoryError, RecursionError or
+  a bare KeyError."""
+  import io as std_io  # pylint: disable=g-import-not-at-top
+  import zipfile  # pylint: disable=g-import-not-at-top
+  import h5py  # pylint: disable=g-import-not-at-top
+  from data_prep import features as features_lib  # pylint: disable=g-import-not-at-top
+  from evqa_jax import io as evqa_io  # pylint: disable=g-import-not-at-top
+  from evqa_jax.data import tfrecord  # pylint: disable=g-import-not-at-top
+  tb = 10**12
+  # TFRecord: a well-framed header (its CRC right) claiming a terabyte.
+  length = struct.pack("<Q", tb)
+  rec = tmp_path / "train-00000-of-00001.tfrecord"
+  rec.write_bytes(length + struct.pack("<I", tfrecord.masked_crc(length)) + b"x" * 16)
+  with open(rec, "rb") as f, pytest.raises(ValueError, match=r"corrupt TFRecord in .*train-00000-of-00001\.tfrecord "
+                                           r"at byte offset 0: truncated record \(its header claims 1000000000000 "
+                                           r"data bytes, the file ends at byte 28\)"):
+    tfrecord.read_record(f, 0, str(rec))
+  # .npy and .npz members whose header claims (10^6, 10^6) float32.
+  buf = std_io.BytesIO()
+  np.save(buf, np.zeros((2, 3), np.float32))
+  huge = buf.getvalue().replace(b"(2, 3)", b"(1000000, 1000000)")
+  (tmp_path / "f.npy").write_bytes(huge)
+  with pytest.raises(ValueError, match=r"f\.npy: \.npy file: its header claims shape \(1000000, 1000000\) float32 "
+                     r"\(4000000000000 bytes\) but it holds \d+ bytes; refused before allocating"):
+    evqa_io.load_npy(str(tmp_path / "f.npy"))
+  with zipfile.ZipFile(tmp_path / "graph_train.npz", "w", zipfile.ZIP_DEFLATED) as z:
+    z.writestr("node_vectors.npy", huge)
+  with pytest.raises(ValueError, match=r"answer graph .*graph_train\.npz: member 'node_vectors': its header claims "
+                     r"shape \(1000000, 1000000\)"):
+    evqa_io.load_npz(str(tmp_path / "graph_train.npz"), "answer graph")
+  # HDF5 features: a dataset declared (10^6, 10^6) with no data written.
+  with h5py.File(tmp_path / "f.h5", "w") as f:
+    f.create_dataset("c0/resnet_features", shape=(10**6, 10**6), dtype="f4")
+  with features_lib.FeatureStore(str(tmp_path / "f.h5")) as store, pytest.raises(
+      features_lib.FeatureError, match=r"f\.h5: dataset '/c0/resnet_features': the HDF5 header claims shape "
+      r"\(1000000, 1000000\) float32 \(4000000000000 bytes\)"):
+    store["c0"]
+  # safetensors: data_offsets beyond the file.
+  header = json.dumps({"w": {"dtype": "F32", "shape": [10**6, 10**6], "data_offsets": [0, 4 * tb]}}).encode()
+  (tmp_path / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + b"\0" * 8)
+  with pytest.raises(ValueError, match=r"model\.safetensors: corrupt safetensors header: tensor 'w' of shape "
+                     r"\[1000000, 1000000\] F32 needs 4000000000000 bytes"):
+    hf_utils.read_checkpoint(str(tmp_path / "model.safetensors"))
+  # JSON nested too deep, and a record without a field.
+  (tmp_path / "deep.json").write_text("[" * 100000 + "]" * 100000)
+  with pytest.raises(ValueError, match=r"annotation file .*deep\.json: JSON nested too deeply to read"):
+    evqa_io.load_json(str(tmp_path / "deep.json"), "annotation file")
+  (tmp_path / "vocab.json").write_text('{"vocab_train": ["a"], "categories": {"a": "base"}}')
+  vocab = evqa_io.load_json(str(tmp_path / "vocab.json"), "answer vocabulary")
+  assert vocab == {"vocab_train": ["a"], "categories": {"a": "base"}} and vocab.get("train_counts") is None
+  with pytest.raises(KeyError) as e:
+    vocab["train_counts"]  # what the OVQA input reads
+  assert isinstance(e.value, ValueError) and str(e.value) == (
+      f"answer vocabulary {tmp_path / 'vocab.json'}: a record has no field 'train_counts' (its fields: "
+      "'vocab_train', 'categories')")

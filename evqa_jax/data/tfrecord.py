@@ -167,6 +167,10 @@ def read_record(f, offset: int, path: str, verify: bool = True) -> bytes:
   length, length_crc = _HEADER.unpack(header)
   if masked_crc(header[:8]) != length_crc:
     raise CorruptRecordError(path, offset, "length CRC mismatch")
+  size = file_size(f)
+  if offset + HEADER_BYTES + length + FOOTER_BYTES > size:  # before allocating what the header claims
+    raise CorruptRecordError(path, offset, f"truncated record (its header claims {length} data bytes, the file "
+                             f"ends at byte {size})")
   body = _pread(f, length + FOOTER_BYTES, offset + HEADER_BYTES)
   if len(body) < length + FOOTER_BYTES:
     raise CorruptRecordError(

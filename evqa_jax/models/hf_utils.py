@@ -40,7 +40,6 @@ Assembling (the model specific importer supplies a mapping):
 """
 
 import dataclasses
-import json
 import os
 import re
 import struct
@@ -77,15 +76,18 @@ def _read_safetensors(path: str) -> Dict[str, np.ndarray]:
   if 8 + header_size > len(raw):
     raise ValueError(f"{path}: corrupt safetensors header (size {header_size} exceeds the file)")
   try:
-    header = json.loads(raw[8:8 + header_size])
-  except json.JSONDecodeError as e:
+    header = evqa_io.loads_json(bytes(raw[8:8 + header_size]).decode("utf-8"), path, "safetensors header")
+  except (UnicodeDecodeError, ValueError) as e:
     raise ValueError(f"{path}: corrupt safetensors header: {e}") from e
+  if not isinstance(header, dict):
+    raise ValueError(f"{path}: corrupt safetensors header (not a JSON object)")
   data = memoryview(raw)[8 + header_size:]
   out = {}
   for name, info in header.items():
     if name == "__metadata__":
       continue
-    dtype, shape, (start, end) = info["dtype"], tuple(info["shape"]), info["data_offsets"]
+    dtype, shape, offsets = _tensor_entry(path, name, info, len(data))
+    start, end = offsets
     buf = data[start:end]
     if dtype == "BF16":
       bits = np.frombuffer(buf, dtype="<u2").astype(np.uint32) << 16
@@ -102,6 +104,27 @@ def _read_safetensors(path: str) -> Dict[str, np.ndarray]:
     out[name] = arr
   evqa_io.check_finite_weights(out, path)
   return out
+
+
+def _tensor_entry(path: str, name: str, info, data_bytes: int):
+  """(dtype, shape, (start, end)) of one safetensors header entry, checked against the data the file holds before
+  anything is allocated: a header claiming more bytes than the file has is an error naming file and tensor."""
+  ok = (isinstance(info, dict) and isinstance(info.get("dtype"), str) and isinstance(info.get("shape"), list)
+        and all(isinstance(d, int) and d >= 0 for d in info["shape"]) and isinstance(info.get("data_offsets"), list)
+        and len(info["data_offsets"]) == 2 and all(isinstance(o, int) for o in info["data_offsets"]))
+  if not ok:
+    raise ValueError(f"{path}: corrupt safetensors header: tensor {name!r} needs dtype, shape and data_offsets, "
+                     f"got {str(info)[:120]}")
+  dtype, shape, (start, end) = info["dtype"], tuple(info["shape"]), info["data_offsets"]
+  itemsize = 2 if dtype == "BF16" else np.dtype(_ST_DTYPES[dtype]).itemsize if dtype in _ST_DTYPES else None
+  if itemsize is None:
+    raise ValueError(f"{path}: tensor {name!r} has unsupported safetensors dtype {dtype}")
+  claimed = int(np.prod(shape, dtype=object)) * itemsize
+  if not 0 <= start <= end <= data_bytes or end - start != claimed:
+    raise ValueError(f"{path}: corrupt safetensors header: tensor {name!r} of shape {list(shape)} {dtype} needs "
+                     f"{claimed} bytes, its data_offsets [{start}, {end}] do not fit the {data_bytes} data bytes of the "
+                     "file")
+  return dtype, shape, (start, end)
 
 
 def _torch_to_numpy(value, path: str, name: str) -> np.ndarray:
