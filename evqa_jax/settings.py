@@ -66,9 +66,9 @@ RULES = (
     ("batch_size", POSITIVE_INT),
     ("eval_batch_size", POSITIVE_INT),
     ("log_every_steps", POSITIVE_INT),
-    ("*_steps", Num(1, integer=True, none=True)),
-    ("*_examples", Num(1, integer=True, none=True)),
-    ("*_epochs", Num(0, lo_open=True, none=True)),
+    ("*_steps", Num(0, integer=True, none=True)),  # eval_every / checkpoint_every 0: only at the end
+    ("*_examples", Num(0, integer=True, none=True)),
+    ("*_epochs", Num(0, none=True)),
     ("checkpoint.max_to_keep", POSITIVE_INT),
     # data
     ("data.worker_count", COUNT),
@@ -100,12 +100,18 @@ RULES = (
     ("optim.grad_clip", NON_NEGATIVE),  # 0: no clipping
     ("optim.warmup_fraction", FRACTION),
     ("pretrained.encoder_seed", INTEGER),
-    ("pretrained.*shape.*dropout_prob", DROPOUT),
-    ("pretrained.*shape.layer_norm_eps", POSITIVE),
+    # pretrained.shape / clip_shape: Hugging Face config.json fields
+    ("pretrained.*shape.*dropout*", DROPOUT),
+    ("pretrained.*shape.*_eps", POSITIVE),
+    ("pretrained.*shape.initializer_*", NON_NEGATIVE),
     ("pretrained.*shape.max_relative_positions", Num(-1, integer=True)),  # -1: max_position_embeddings
+    ("pretrained.*shape.position_buckets", Num(-1, integer=True)),  # -1: no log buckets
     ("pretrained.*shape.type_vocab_size", COUNT),
-    ("pretrained.*shape.pad_token_id", COUNT),
-    ("pretrained.*shape.*", POSITIVE_INT),
+    ("pretrained.*shape.*_token_id", COUNT),
+    ("pretrained.*shape.*_size", POSITIVE_INT),
+    ("pretrained.*shape.num_*", POSITIVE_INT),
+    ("pretrained.*shape.max_position_embeddings", POSITIVE_INT),
+    ("pretrained.*shape.*", Num()),  # any other field: a finite number
 )
 
 
