@@ -403,7 +403,7 @@ def test_torch_missing_gives_clear_error(release, monkeypatch):
   raw, _ = release
   (raw / "f.pth").write_bytes(b"not read")
   monkeypatch.setitem(sys.modules, "torch", None)  # makes `import torch` raise ImportError
-  with pytest.raises(features_lib.FeatureError, match="torch is not installed"):
+  with pytest.raises(features_lib.FeatureError, match="needs torch, which is not installed: pip install"):
     features_lib.FeatureStore(str(raw / "f.pth"))
 
 
