@@ -290,6 +290,6 @@ if __name__ == "__main__":
   flags.DEFINE_bool("markdown", False, "Print Markdown tables after the JSON line.")
   flags.mark_flags_as_required(["config"])
   from evqa_jax import cli
-  from evqa_jax.train import overrides
+  from launch import overrides
   overrides.exit_on_bad_overrides(sys.argv[1:])
   sys.exit(cli.run_absl(main))

@@ -103,7 +103,7 @@ def main():
   os.environ.setdefault("JAX_PLATFORMS", "cpu")  # compiling for a topology needs libtpu, not a TPU
 
   from data_prep import worlds
-  from evqa_jax.train import overrides
+  from launch import overrides
   config = overrides.load_config(args.config)
   worlds.ensure_synthetic_world(config)
   mesh = tuple(int(x) for x in args.mesh.lower().split("x"))

@@ -64,7 +64,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.log_every_steps = 10
 
   # replica_parallel: split each replicated array's save between its replicas (Orbax); None: only with several
-  # processes (evqa_jax.train.checkpointing.replica_parallel). allow_unverified (UNSAFE): resume from / evaluate a
+  # processes (evqa_jax.runs.checkpointing.replica_parallel). allow_unverified (UNSAFE): resume from / evaluate a
   # checkpoint that has no checksums (older versions, a deleted meta/), whose damage would go unnoticed.
   c.checkpoint = ml_collections.ConfigDict(dict(max_to_keep=2, replica_parallel=config_dict.placeholder(bool),
                                                 allow_unverified=False))

@@ -257,7 +257,7 @@ def build_remote_output(out: str, inputs: Iterable[str | None], converter: str, 
   """`build_output` for a gs://... OUT: yields a local temporary folder (under $TMPDIR: it must have room for the
   set), then marks it as `converter`'s output and `publish`es it to OUT. OUT's lease object (OUT_LOCK, as the
   workdir lock: created only when absent, rewritten while held) keeps a second converter out meanwhile."""
-  from evqa_jax.train import safeguards  # pylint: disable=g-import-not-at-top
+  from evqa_jax.runs import safeguards  # pylint: disable=g-import-not-at-top
   out = _check_remote_out(out, inputs)
   with contextlib.ExitStack() as stack:
     try:

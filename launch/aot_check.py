@@ -64,7 +64,7 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  from evqa_jax.train import overrides
+  from launch import overrides
   overrides.exit_on_bad_overrides(sys.argv[1:])
   from evqa_jax import cli
   sys.exit(cli.run_absl(main))

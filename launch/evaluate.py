@@ -60,7 +60,7 @@ def main(argv):
       jax.distributed.initialize(FLAGS.coordinator, FLAGS.num_processes, FLAGS.process_id)
     else:
       jax.distributed.initialize()
-  from evqa_jax.train import safeguards
+  from evqa_jax.runs import safeguards
   safeguards.check_workdir_paths(FLAGS.config, FLAGS.workdir)  # before the world or anything else is written
   from data_prep import worlds
   worlds.ensure_synthetic_world(FLAGS.config)  # the :demo / :small worlds are built here, never by the library
@@ -70,7 +70,7 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  from evqa_jax.train import overrides
+  from launch import overrides
   overrides.exit_on_bad_overrides(sys.argv[1:])
   from evqa_jax import cli
   sys.exit(cli.run_absl(main))

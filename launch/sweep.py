@@ -59,15 +59,15 @@ _POINT_OVERRIDES = []
 
 
 def main(argv):
-  from evqa_jax.train import sweep
-  sweep.run_sweep(FLAGS.config, FLAGS.sweep, FLAGS.workdir, mode=FLAGS.mode,
+  from launch import sweeps
+  sweeps.run_sweep(FLAGS.config, FLAGS.sweep, FLAGS.workdir, mode=FLAGS.mode,
                   extra_args=_POINT_OVERRIDES + argv[1:],
                   reuse_dirs=FLAGS.reuse, only=FLAGS.only, seeds=[int(x) for x in FLAGS.seeds])
 
 
 if __name__ == "__main__":
   _argv, _POINT_OVERRIDES[:] = split_point_overrides(sys.argv)
-  from evqa_jax.train import overrides
+  from launch import overrides
   overrides.exit_on_bad_overrides(sys.argv[1:])  # before any point runs: the config loads, its keys exist
   from evqa_jax import cli
   sys.exit(cli.run_absl(main, _argv))

@@ -67,7 +67,7 @@ def train_on_gcs_equals(local: str, gcs_env: dict, cache, config_args, bucket: s
   byte for byte).
   -> (the gs:// workdir, its final metrics, the subprocess environment, the gs:// run's config arguments)."""
   from evqa_jax import io  # pylint: disable=g-import-not-at-top
-  from evqa_jax.train import overrides  # pylint: disable=g-import-not-at-top
+  from launch import overrides  # pylint: disable=g-import-not-at-top
   config = overrides.load_config(os.path.join(REPO, config_args[0].removeprefix("--config=")))
   remote_records = upload_world(config, bucket, name)
   remote = f"gs://{bucket}/{name}/run"

@@ -26,7 +26,8 @@ from configs import evqa_gen, ovqa_msrvtt  # noqa: E402
 from evqa_jax import projects as tasks_lib  # noqa: E402
 from evqa_jax.data import pipeline  # noqa: E402
 from data_prep import worlds  # noqa: E402
-from evqa_jax.train import checkpointing, partition, sharding, train_and_evaluate  # noqa: E402
+from evqa_jax.train import partition, sharding, train_and_evaluate  # noqa: E402
+from evqa_jax.runs import checkpointing  # noqa: E402
 from evqa_jax.train import steps as steps_lib  # noqa: E402
 
 # The smallest configs that run every part of each task's model (OVQA: a random 2-layer BERT and the GNN

@@ -12,8 +12,8 @@ import orbax.checkpoint as ocp
 import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from evqa_jax.train import checkpointing
-from evqa_jax.train import safeguards
+from evqa_jax.runs import checkpointing
+from evqa_jax.runs import safeguards
 
 
 def _config(replica_parallel):
@@ -114,7 +114,7 @@ def test_switching_the_array_handler_logs_no_orbax_override_warning(caplog, orba
 def test_state_checksums_on_host_equal_the_device_program_and_a_hand_computed_case():
   """A small state held whole by the process is summed on the host (no compile); the numbers are the device
   program's, for every dtype a train state holds and for sharded and replicated arrays."""
-  from evqa_jax.train import safeguards
+  from evqa_jax.runs import safeguards
   mesh = Mesh(np.array(jax.devices()).reshape(4, 2), ("data", "model"))
   r = np.random.RandomState(0)
   state = {

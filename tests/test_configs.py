@@ -113,7 +113,7 @@ def test_experiment_identity_survives_a_json_round_trip(path):
   """A resumed run compares its identity with the one read back from the checkpoint's JSON: tuple-valued entries
   (config.trainable) must not read as a different experiment."""
   import json
-  from evqa_jax.train import workdir
+  from evqa_jax.runs import workdir
   identity = workdir.config_identity(_load(path).get_config())
   assert "trainable" in identity and "pretrained" in identity
   assert workdir.identity_diffs(identity, json.loads(json.dumps(identity))) == []
@@ -135,14 +135,14 @@ def test_ovqa_xxlarge_variant_is_deberta_v2_xxlarge():
   import jax
   import jax.numpy as jnp
   from configs import ovqa_msrvtt
-  from evqa_jax import pretrained
+  from evqa_jax.models import encoders
   from evqa_jax.models import deberta_v2
   from evqa_jax.train import partition
   c = ovqa_msrvtt.get_config("xxlarge")
   assert c.pretrained.dir == "~/models/deberta-v2-xxlarge" and c.pretrained.shape is None
   assert not c.pretrained.init_from_required  # FrozenBiLM released no xxlarge checkpoint
   c = ovqa_msrvtt.get_config("scale,xxlarge,shapes_only")
-  enc = pretrained.encoder_config(c.model.encoder, c.pretrained)
+  enc = encoders.encoder_config(c.model.encoder, c.pretrained)
   assert enc == deberta_v2.DebertaV2Config.xlarge(num_hidden_layers=48)  # xlarge's layer, twice as many
   assert (enc.hidden_size, enc.num_hidden_layers, enc.num_attention_heads, enc.intermediate_size,
           enc.vocab_size, enc.relative_attention, enc.position_buckets) == (1536, 48, 24, 6144, 128100, True, 256)

@@ -12,6 +12,7 @@ from evqa_jax.data import pipeline
 from evqa_jax.data import records
 from evqa_jax.data.example import Feature
 from evqa_jax.data.source import TFRecordDataSource
+from evqa_jax.runs import data_iterator
 
 N = 37
 MAX_LEN = 6
@@ -100,14 +101,14 @@ def test_two_processes_partition_each_global_batch(source):
 def _save(mngr, step, it, value):
   mngr.save(step, args=ocp.args.Composite(
       state=ocp.args.StandardSave({"w": np.arange(4.0) * value, "step": np.array(step, np.int32)}),
-      data=pipeline.checkpoint_args_save(it)))
+      data=data_iterator.checkpoint_args_save(it)))
   mngr.wait_until_finished()
 
 
 def _restore(mngr, step, it):
   abstract = {"w": np.zeros(4), "step": np.array(0, np.int32)}
   return mngr.restore(step, args=ocp.args.Composite(
-      state=ocp.args.StandardRestore(abstract), data=pipeline.checkpoint_args_restore(it)))
+      state=ocp.args.StandardRestore(abstract), data=data_iterator.checkpoint_args_restore(it)))
 
 
 def test_orbax_checkpoint_resumes_at_next_batch(source, tmp_path):

@@ -165,7 +165,7 @@ def _refused_by_a_beating_holder(path, live):
   naming the holder."""
   import threading  # pylint: disable=g-import-not-at-top
   from evqa_jax import io  # pylint: disable=g-import-not-at-top
-  from evqa_jax.train import safeguards  # pylint: disable=g-import-not-at-top
+  from evqa_jax.runs import safeguards  # pylint: disable=g-import-not-at-top
   beat = threading.Timer(0.5, lambda: io.epath_of(path).write_text(json.dumps(dict(live, time=time.time()))))
   beat.start()
   with pytest.raises(io.LockedError, match="held by host other-host, pid 1"):
@@ -176,7 +176,7 @@ def _refused_by_a_beating_holder(path, live):
 
 def test_remote_workdir_lock(gcs):
   from evqa_jax import io  # pylint: disable=g-import-not-at-top
-  from evqa_jax.train import safeguards  # pylint: disable=g-import-not-at-top
+  from evqa_jax.runs import safeguards  # pylint: disable=g-import-not-at-top
   path = f"gs://{BUCKET}/lock/.workdir.lock"
   with safeguards.remote_lock(path):
     held = json.loads(io.epath_of(path).read_text())
@@ -206,7 +206,7 @@ def test_lock_object_is_created_only_when_absent(gcs, request_log):
   """The lock's create is a conditional write (ifGenerationMatch=0, seen at the server): a second create of the
   same object is refused with 412 and leaves the first holder in place."""
   from evqa_jax import io  # pylint: disable=g-import-not-at-top
-  from evqa_jax.train import safeguards  # pylint: disable=g-import-not-at-top
+  from evqa_jax.runs import safeguards  # pylint: disable=g-import-not-at-top
   path = f"gs://{BUCKET}/create_only/.workdir.lock"
   assert safeguards._create_lock(path, {"pid": 1, "token": "a"})  # pylint: disable=protected-access
   assert not safeguards._create_lock(path, {"pid": 2, "token": "b"})  # pylint: disable=protected-access
@@ -220,7 +220,7 @@ def test_lock_heartbeat_survives_a_failed_renewal(gcs, monkeypatch, capsys):
   """A storage error while renewing the lock is reported and retried: the heartbeat goes on (a heartbeat that died
   would let another run take the lock over as stale while this one still trains)."""
   from evqa_jax import io  # pylint: disable=g-import-not-at-top
-  from evqa_jax.train import safeguards  # pylint: disable=g-import-not-at-top
+  from evqa_jax.runs import safeguards  # pylint: disable=g-import-not-at-top
   path = f"gs://{BUCKET}/beat/.workdir.lock"
   real, failures = io.epath_of, []
 
@@ -265,7 +265,7 @@ def test_lock_taken_over_is_recorded_and_left_to_its_new_holder(gcs, tmp_path):
   """The heartbeat finds another run's token (or no object): it records the loss, stops rewriting the object, and
   the run's check before a write raises LockLostError naming the new holder; on exit the newer lock stays."""
   from evqa_jax import io  # pylint: disable=g-import-not-at-top
-  from evqa_jax.train import safeguards  # pylint: disable=g-import-not-at-top
+  from evqa_jax.runs import safeguards  # pylint: disable=g-import-not-at-top
   wd = f"gs://{BUCKET}/taken"
   path = f"{wd}/.workdir.lock"
   newer = {"host": "other-host", "pid": 4242, "token": "newer", "time": time.time()}
@@ -307,7 +307,7 @@ def test_torn_or_foreign_lock_reads(gcs, monkeypatch, capsys):
   emulator does): it is read again, so that it neither stops the holder's run nor makes a contender name "host None"
   or take the lock over. Content that stays unreadable (foreign, damaged) is stale once it stayed so for the lease."""
   from evqa_jax import io  # pylint: disable=g-import-not-at-top
-  from evqa_jax.train import safeguards  # pylint: disable=g-import-not-at-top
+  from evqa_jax.runs import safeguards  # pylint: disable=g-import-not-at-top
   path = f"gs://{BUCKET}/torn/.workdir.lock"
   real, torn = safeguards._read_lock, []  # pylint: disable=protected-access
 
@@ -397,7 +397,7 @@ RACE_CONFIG = textwrap.dedent("""
 # both send their create-only write, and only the server's precondition can keep one of them out.
 RACER = textwrap.dedent("""
     import os, runpy, sys, time
-    from evqa_jax.train import safeguards
+    from evqa_jax.runs import safeguards
     safeguards.HEARTBEAT_SECONDS = 1.0  # the winner rewrites the lock every second: the loser sees a live holder at once
     barrier, me = sys.argv[1], sys.argv[2]
     create = safeguards._create_lock
@@ -439,7 +439,7 @@ def test_two_runs_racing_for_one_gcs_workdir(gcs, request_log, tmp_path):
     assert loser.returncode == 2, f"the first racer to stop exited with {loser.returncode}:\n{out[-3000:]}"
     assert winner.poll() is None, "the winner stopped too"
     # The winner rewrites the lock every second: read it as the runs do (a read torn by a rewrite is read again).
-    from evqa_jax.train import safeguards  # pylint: disable=g-import-not-at-top
+    from evqa_jax.runs import safeguards  # pylint: disable=g-import-not-at-top
     assert safeguards._read_lock_settled(f"{wd}/.workdir.lock").get("pid") == winner.pid  # pylint: disable=protected-access
   finally:
     for p in procs:
@@ -459,7 +459,7 @@ def test_two_runs_racing_for_one_gcs_workdir(gcs, request_log, tmp_path):
 # while it stalls, the test makes another run the lock's holder, as a run that found the lock stale would.
 STALLER = textwrap.dedent("""
     import os, runpy, sys, threading, time
-    from evqa_jax.train import checkpointing, safeguards
+    from evqa_jax.runs import checkpointing, safeguards
     safeguards.HEARTBEAT_SECONDS = 0.3
     signals = sys.argv[1]
     stalled, parked = threading.Event(), threading.Event()
@@ -496,7 +496,7 @@ def test_run_whose_lock_is_taken_over_stops_before_its_next_checkpoint(gcs, tmp_
   it stops at its next write (the history row of step 3, before the checkpoint of step 4) with the one-line
   LockLostError, and the newer holder's lock and the step-2 checkpoint are left as they were."""
   from evqa_jax import io  # pylint: disable=g-import-not-at-top
-  from evqa_jax.train import checkpointing  # pylint: disable=g-import-not-at-top
+  from evqa_jax.runs import checkpointing  # pylint: disable=g-import-not-at-top
   cfg, staller, signals = tmp_path / "race.py", tmp_path / "staller.py", tmp_path / "signals"
   cfg.write_text(RACE_CONFIG)
   staller.write_text(STALLER)
@@ -536,7 +536,7 @@ def test_run_whose_lock_is_taken_over_stops_before_its_next_checkpoint(gcs, tmp_
 
 
 def test_history_and_tensorboard_events_on_gcs(gcs, tmp_path):
-  from evqa_jax.train import history as history_lib  # pylint: disable=g-import-not-at-top
+  from evqa_jax.runs import history as history_lib  # pylint: disable=g-import-not-at-top
   from evqa_jax.train import writers  # pylint: disable=g-import-not-at-top
   from evqa_jax import io  # pylint: disable=g-import-not-at-top
   path = f"gs://{BUCKET}/hist/train_history.jsonl"
@@ -609,10 +609,10 @@ def test_sweep_table_from_points_finished_on_gcs(gcs, tmp_path, monkeypatch, cap
   """The pod recipe's last sweep step: every point was trained on the pod into gs://; the sweep finds them finished
   (nothing is run) and writes the table and plot into the gs:// sweep workdir."""
   from evqa_jax import io  # pylint: disable=g-import-not-at-top
-  from evqa_jax.train import sweep as sweep_lib  # pylint: disable=g-import-not-at-top
+  from launch import sweeps as sweep_lib  # pylint: disable=g-import-not-at-top
   cfg = tmp_path / "toy_sweep.py"
   cfg.write_text(SWEEP_CONFIG)
-  from evqa_jax.train import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  from evqa_jax.runs import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
   root = f"gs://{BUCKET}/sweeps/eps"
   module = sweep_lib.load_config_module(str(cfg))
   points = {p["name"]: p for p in module.get_sweep("eps", None)["points"]}

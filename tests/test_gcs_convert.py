@@ -187,7 +187,7 @@ def test_gcs_out_guards(gcs, tmp_path, violin_release):
   assert [p.name for p in io.epath_of(f"{ROOT}/guard/records").iterdir()] == ["violin_annotation.json"]
 
   import threading  # pylint: disable=g-import-not-at-top
-  from evqa_jax.train import safeguards  # pylint: disable=g-import-not-at-top
+  from evqa_jax.runs import safeguards  # pylint: disable=g-import-not-at-top
   out = f"{ROOT}/busy/records"
   held, release = threading.Event(), threading.Event()
 

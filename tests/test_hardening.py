@@ -329,7 +329,7 @@ import test_resume  # noqa: E402
 
 
 def test_second_run_in_a_workdir_is_refused(world, tmp_path):
-  from evqa_jax.train import safeguards
+  from evqa_jax.runs import safeguards
   with safeguards.workdir_lock(str(tmp_path)):  # a run in progress
     with pytest.raises(RuntimeError, match=f"workdir {tmp_path} is in use by another training run .*pid {os.getpid()}"):
       train(tiny_config(world), tmp_path)
@@ -341,8 +341,8 @@ def _flip_silently(ckpt_state_dir, workdir):
   is compressed: most flips break decompression, which was already detected); returns the array path it changed."""
   import glob
   import jax
-  from evqa_jax.train.checkpointing import load_checkpoint_arrays
-  from evqa_jax.train.safeguards import ChecksumMismatchError
+  from evqa_jax.runs.checkpointing import load_checkpoint_arrays
+  from evqa_jax.runs.safeguards import ChecksumMismatchError
   _, before = load_checkpoint_arrays(workdir)
   before = {jax.tree_util.keystr(p): np.asarray(v) for p, v in jax.tree_util.tree_leaves_with_path(before)}
   data = max(glob.glob(os.path.join(ckpt_state_dir, "ocdbt.process_0", "d", "*")), key=os.path.getsize)

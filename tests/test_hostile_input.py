@@ -171,7 +171,7 @@ def test_unknown_config_key_is_named(tmp_path):
 
 
 def test_override_check_accepts_existing_keys():
-  from evqa_jax.train import overrides
+  from launch import overrides
   argv = ["--config=configs/evqa_gen.py:demo", "--config.model.frame.temporal_shift=0.25", "--noconfig.model.use_adapters",
           "--config.eval.modes=('gen','mcq')"]
   assert overrides.check_overrides(argv) == []

@@ -55,7 +55,8 @@ def _copy(trained, tmp_path, name="w"):
 # ----------------------------------------------------------------- 1. every restore verifies everything it loads
 
 def test_every_restore_verifies_arrays_and_iterator_state(world, trained, tmp_path, capsys):  # noqa: F811
-  from evqa_jax.train import checkpointing, safeguards, trainer
+  from evqa_jax.train import trainer
+  from evqa_jax.runs import checkpointing, safeguards
   config = tiny_config(world)
   # (a) A flipped bit in the data iterator state (step 1 -> 3: still valid JSON) is a damaged checkpoint, not a
   # silently skipped batch: reported, moved aside, and the run starts again from scratch.
@@ -117,7 +118,7 @@ def test_any_result_changing_key_is_part_of_the_identity(world, trained, tmp_pat
     train(config, work)
   # A sweep reuses a finished point only for the experiment it trained (here the point's eps changed since).
   import test_sweep
-  from evqa_jax.train import sweep as sweep_lib
+  from launch import sweeps as sweep_lib
   (tmp_path / "toy.py").write_text(test_sweep.CONFIG)
   module = sweep_lib.load_config_module(str(tmp_path / "toy.py"))
   test_sweep._write_run(str(tmp_path / "sweep" / "eps_1.0"), sweep_lib.point_config(
@@ -129,7 +130,7 @@ def test_any_result_changing_key_is_part_of_the_identity(world, trained, tmp_pat
   config = tiny_config(world)
   config.log_every_steps = 5
   config.checkpoint.max_to_keep = 4
-  from evqa_jax.train import workdir as workdir_lib
+  from evqa_jax.runs import workdir as workdir_lib
   assert workdir_lib.identity_diffs(workdir_lib.config_identity(config),
                                     workdir_lib.config_identity(tiny_config(world))) == []
 

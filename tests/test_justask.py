@@ -371,7 +371,8 @@ def test_release_end_to_end(tmp_path, capsys):
   from configs import ovqa_msrvtt
   from data_prep import answer_graphs, ovqa as prep
   from evqa_jax.evaluate import ovqa as ovqa_eval
-  from evqa_jax.train import checkpointing, train_and_evaluate
+  from evqa_jax.train import train_and_evaluate
+  from evqa_jax.runs import checkpointing
   fixtures.main(["--out", str(tmp_path / "fx"), "--paper", "ovqa"])
   root = tmp_path / "fx" / "ovqa"
   out = str(tmp_path / "records_s3d")

@@ -175,7 +175,8 @@ def test_training_with_the_cache_matches_without(tmp_path, monkeypatch, capsys):
   trajectory and test metrics (the resumed run precomputes from its restored frozen weights), and launch/evaluate.py's
   path on the cached run's checkpoint scores the same."""
   from evqa_jax.projects.ovqa import justask_task
-  from evqa_jax.train import checkpointing, train_and_evaluate, trainer
+  from evqa_jax.train import train_and_evaluate, trainer
+  from evqa_jax.runs import checkpointing
   loads = []
   original = justask_task.Task.load_pretrained
 

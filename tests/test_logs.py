@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 
 from evqa_jax import pretrained
+
+from evqa_jax.models import encoders
 from evqa_jax.models import bert
 from evqa_jax.train import writers
 
@@ -30,7 +32,7 @@ def test_loaded_weights_line_names_the_new_and_the_unused_tensors(capsys):
       jax.random.key(0), jnp.zeros((1, 4), jnp.int32), jnp.ones((1, 4), jnp.int32), visual=jnp.zeros((1, 2, 8)),
       visual_mask=jnp.ones((1, 2), jnp.int32)))
   params = jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), shapes["params"])
-  pretrained.load_encoder_weights("bert", cfg, path, params)
+  encoders.load_encoder_weights("bert", cfg, path, params)
   assert capsys.readouterr().out == (
       f"Loaded bert weights from {path}: 37 loaded; 23 initialised here, not in the checkpoint (16 adapters, "
       "5 MLM head, 2 visual projection); 66 checkpoint keys unused (encoder.layer.2-5.*: layers past "

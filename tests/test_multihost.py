@@ -46,7 +46,7 @@ def _history(workdir):
 
 
 def _params(workdir, step=None):
-  from evqa_jax.train.checkpointing import load_checkpoint_arrays
+  from evqa_jax.runs.checkpointing import load_checkpoint_arrays
   got_step, state = load_checkpoint_arrays(workdir, step)
   return got_step, state
 
@@ -168,7 +168,7 @@ LOST_LOCK_SCRIPT = textwrap.dedent("""
     import jax
     args = dict(a[2:].split("=", 1) for a in sys.argv[1:])
     jax.distributed.initialize(args["coordinator"], int(args["num_processes"]), int(args["process_id"]))
-    from evqa_jax.train import safeguards
+    from evqa_jax.runs import safeguards
 
     class Lease:
       def __init__(self, lost):

@@ -460,7 +460,7 @@ def test_best_eval_selects_over_the_written_evaluations(tmp_path):
 def test_best_checkpoint_outlives_max_to_keep(tmp_path):
   import ml_collections
   import orbax.checkpoint as ocp
-  from evqa_jax.train import checkpointing
+  from evqa_jax.runs import checkpointing
   keep = checkpointing.KeepSteps()
   mngr = checkpointing.make_checkpoint_manager(str(tmp_path), ml_collections.ConfigDict(
       {"checkpoint": {"max_to_keep": 1, "replica_parallel": None}}), keep)

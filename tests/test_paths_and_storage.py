@@ -85,7 +85,7 @@ def test_one_object_under_two_spellings_is_one_object(tmp_path, capsys, monkeypa
 # ------------------------------------------------------------------------ 2. training's workdir input/output guard
 
 def _config(**paths):
-  from evqa_jax.train import overrides
+  from launch import overrides
   config = overrides.load_config(os.path.join(REPO, "configs", "ovqa_msrvtt.py") + ":demo,small")
   with config.unlocked():
     for key, value in paths.items():
@@ -236,7 +236,7 @@ def test_last_checkpoint_of_a_run_still_training(tmp_path, monkeypatch, capsys):
   import jax.numpy as jnp
   import ml_collections
   import orbax.checkpoint as ocp
-  from evqa_jax.train import checkpointing, safeguards
+  from evqa_jax.runs import checkpointing, safeguards
   config = ml_collections.ConfigDict({"checkpoint": {"max_to_keep": 2, "replica_parallel": None}})
   mngr = checkpointing.make_checkpoint_manager(str(tmp_path), config)
 

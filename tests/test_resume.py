@@ -73,7 +73,7 @@ def _read(path):
 
 
 def _final_state(workdir):
-  from evqa_jax.train.checkpointing import load_checkpoint_arrays
+  from evqa_jax.runs.checkpointing import load_checkpoint_arrays
   import jax
   step, state = load_checkpoint_arrays(workdir)
   return step, {jax.tree_util.keystr(p): np.asarray(v) for p, v in jax.tree_util.tree_leaves_with_path(state)}

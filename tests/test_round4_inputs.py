@@ -13,8 +13,8 @@ import pytest
 
 from evqa_jax.graphs import word_vectors
 from evqa_jax.models import hf_utils
-from evqa_jax.train import checkpointing
-from evqa_jax.train import safeguards
+from evqa_jax.runs import checkpointing
+from evqa_jax.runs import safeguards
 
 
 # ------------------------------------------------------------------------------- class 3: non-finite weights

@@ -1,4 +1,4 @@
-"""launch/sweep.py's engine (evqa_jax.train.sweep): resumable points, reuse of identical finished runs, the tables and
+"""launch/sweep.py's engine (launch.sweeps): resumable points, reuse of identical finished runs, the tables and
 the plot. Training itself is replaced by a fake `_run_point` that writes what launch/train.py writes."""
 
 import csv
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from evqa_jax.train import sweep as sweep_lib
-from evqa_jax.train import workdir as workdir_lib
+from launch import sweeps as sweep_lib
+from evqa_jax.runs import workdir as workdir_lib
 
 CONFIG = textwrap.dedent('''
     import ml_collections
@@ -243,7 +243,7 @@ def test_seeds_and_only_give_mean_and_std(tmp_path, config_path, monkeypatch):
 def test_code_version_is_a_digest_of_the_code_paths(tmp_path, monkeypatch):
   """config.json's "code": the package version and a digest of the Python sources under evqa_jax/, configs/,
   data_prep/ and launch/ (no git): an edit there changes it, README, tests and caches do not."""
-  from evqa_jax.train import workdir
+  from evqa_jax.runs import workdir
   for rel in ("evqa_jax/a.py", "configs/c.py", "tests/t.py", "README.md"):
     os.makedirs(tmp_path / os.path.dirname(rel), exist_ok=True)
     (tmp_path / rel).write_text("x = 1\n")

@@ -31,7 +31,8 @@ from evqa_jax import projects  # noqa: E402
 from evqa_jax.models import bert  # noqa: E402
 from evqa_jax.projects.violin import input as violin_input  # noqa: E402
 from evqa_jax.projects.violin import model as violin_model  # noqa: E402
-from evqa_jax.train import checkpointing, train_and_evaluate  # noqa: E402
+from evqa_jax.train import train_and_evaluate  # noqa: E402
+from evqa_jax.runs import checkpointing  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 MESH = (4, 2)  # every device: 4 rows of a batch of 4, the BERT heads and LSTM widths split in 2

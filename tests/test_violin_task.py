@@ -30,7 +30,8 @@ from evqa_jax.evaluate import violin as violin_cli  # noqa: E402
 from data_prep import worlds  # noqa: E402
 from evqa_jax.projects.violin import input as violin_input  # noqa: E402
 from evqa_jax.projects.violin import task as violin_task  # noqa: E402
-from evqa_jax.train import checkpointing, partition, train_and_evaluate  # noqa: E402
+from evqa_jax.train import partition, train_and_evaluate  # noqa: E402
+from evqa_jax.runs import checkpointing  # noqa: E402
 
 import mesh_equivalence  # noqa: E402  pylint: disable=wrong-import-position
 

@@ -22,6 +22,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from evqa_jax import io
+from evqa_jax import pretrained
 
 _SPLIT_RE = re.compile(r"[-_/]+")
 
@@ -143,8 +144,6 @@ def load_word_vectors(source: str, max_words: Optional[int] = None) -> WordVecto
 
   `max_words` keeps only the first (most frequent) rows.
   """
-  from evqa_jax import pretrained
-
   path = pretrained.resolve(source)
   if os.path.isdir(path):
     return _read_npy_parquet_dir(path, max_words)
@@ -160,8 +159,6 @@ def lookup_vectors(source: str, words: Sequence[str], dim: int) -> dict:
   `pkg:glove-6b-50d` and npy+parquet folders are memory-mapped. A table whose vectors are not `dim`-dimensional is
   an error naming the source. The first row of a duplicated word wins, as in `WordVectors`.
   """
-  from evqa_jax import pretrained
-
   wanted = set(words)
   path = pretrained.resolve(source)
   if os.path.isdir(path):

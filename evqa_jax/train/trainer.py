@@ -26,10 +26,11 @@ from evqa_jax import io as io_lib
 from evqa_jax import projects as tasks_lib
 from evqa_jax import settings
 from evqa_jax.data import pipeline
-from evqa_jax.train import checkpointing, durations, evaluation, partition, safeguards, sharding
-from evqa_jax.train import history as history_lib
+from evqa_jax.runs import checkpointing, safeguards
+from evqa_jax.runs import history as history_lib
+from evqa_jax.runs import workdir as workdir_lib
+from evqa_jax.train import durations, evaluation, partition, sharding
 from evqa_jax.train import steps as steps_lib
-from evqa_jax.train import workdir as workdir_lib
 from evqa_jax.train import writers as writers_lib
 
 

@@ -30,8 +30,6 @@ from typing import Any, Optional, Tuple
 
 import flax.linen as nn
 import jax.numpy as jnp
-
-from evqa_jax import pretrained
 from evqa_jax.models import encoders
 from evqa_jax.models import evidence_heads
 from evqa_jax.projects.evqa import frame_encoder as frame_encoder_lib
@@ -105,14 +103,14 @@ class Model(nn.Module):
   @property
   def lm_config(self):
     """`encoder_config` with this model's layer count, adapter, dropout and dtype settings."""
-    overrides = pretrained.lm_overrides(self.use_adapters, self.adapter_reduction, self.dropout, self.dtype,
+    overrides = encoders.lm_overrides(self.use_adapters, self.adapter_reduction, self.dropout, self.dtype,
                                         self.remat)
     if self.num_layers:
       overrides["num_hidden_layers"] = self.num_layers
     return dataclasses.replace(self.encoder_config, **overrides)
 
   def setup(self):
-    dtype = pretrained.dtype(self.dtype)
+    dtype = encoders.dtype(self.dtype)
     frame_config = self.frame_config
     if self.frame_encoder == "conv":
       self.vision = frame_encoder_lib.FrameEncoder(**frame_config, image_size=tuple(self.image_size),

@@ -20,6 +20,8 @@ import numpy as np
 import optax
 
 from evqa_jax import pretrained
+
+from evqa_jax.models import encoders
 from evqa_jax.projects import base
 from evqa_jax.projects.evqa import evaluator
 from evqa_jax.projects.evqa import input as input_lib
@@ -29,7 +31,7 @@ from evqa_jax.projects.evqa import model as model_lib
 def clip_config(config):
   """The frozen CLIP vision tower's config: config.pretrained.clip_shape, else clip_dir's config.json."""
   from evqa_jax.models import clip_vision
-  pc, dtype = config.pretrained, pretrained.dtype(config.model.dtype)
+  pc, dtype = config.pretrained, encoders.dtype(config.model.dtype)
   if pc.clip_shape:
     return clip_vision.CLIPVisionConfig.from_dict(dict(pc.clip_shape), dtype=dtype)
   path = pretrained.resolve(pc.clip_dir) if pc.clip_dir else ""
@@ -58,7 +60,7 @@ class Task(base.Task):
     clip = clip_config(config) if mc.frame_encoder == "clip" else None
     visual_dim = 2 * model_lib.frame_feature_dim(mc.frame_encoder, dict(mc.frame) if clip is None else clip)
     self.pretrained_dir = pretrained.checkpoint_dir(config.pretrained)
-    encoder_config = pretrained.encoder_config(mc.encoder, config.pretrained, num_visual_tokens=self.input.num_frames,
+    encoder_config = encoders.encoder_config(mc.encoder, config.pretrained, num_visual_tokens=self.input.num_frames,
                                                visual_dim=visual_dim)
     self.model = model_lib.Model(**mc.to_dict(), encoder_config=encoder_config, clip_config=clip,
                                  image_size=self.input.frame_size)
@@ -87,7 +89,7 @@ class Task(base.Task):
     mc, pc = self.config.model, self.config.pretrained
     params = dict(params)
     if not pc.shape:  # an explicit shape means random weights, even when a checkpoint directory is named
-      params["lm"] = pretrained.load_encoder_weights(mc.encoder, self.encoder_config, self.pretrained_dir,
+      params["lm"] = encoders.load_encoder_weights(mc.encoder, self.encoder_config, self.pretrained_dir,
                                                      params["lm"])
     if mc.frame_encoder == "clip" and pc.clip_dir:
       from evqa_jax.models import clip_vision

@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import jraph
 import numpy as np
 
-from evqa_jax import pretrained
+from evqa_jax.models import encoders
 from evqa_jax.models import distilbert
 from evqa_jax.models import layers
 from evqa_jax.models.layers import ACTIVATIONS
@@ -121,7 +121,7 @@ class Model(nn.Module):
 
   @property
   def compute_dtype(self):
-    return pretrained.dtype(self.dtype)
+    return encoders.dtype(self.dtype)
 
   @property
   def tower_config(self):

@@ -23,6 +23,7 @@ from evqa_jax.models import distilbert, hf_utils
 from evqa_jax.projects.ovqa import input as input_lib
 from evqa_jax.projects.ovqa import justask
 from evqa_jax.projects.ovqa import task as task_lib
+from evqa_jax.runs import checkpointing
 
 
 def init_from_path(config) -> str:
@@ -136,9 +137,8 @@ class Task(task_lib.Task):
   def _load_run(self, workdir: str, params: dict) -> dict:
     """Every parameter of an earlier run of this task (its newest checkpoint) that this model has with the same shape;
     the others (the verbalizer of a second stage) keep their initial values."""
-    from evqa_jax.train import checkpointing, partition
-    step, state = checkpointing.load_checkpoint_arrays(workdir)
-    theirs = hf_utils.flatten_params(partition.merge_params(state["trainable"], state["frozen"]))
+    step, theirs = checkpointing.load_params(workdir)
+    theirs = hf_utils.flatten_params(theirs)
     ours = hf_utils.flatten_params(params)
     taken = [k for k, v in ours.items() if k in theirs and np.shape(theirs[k]) == np.shape(v)]
     if not any(k.startswith("amodel/") for k in taken):

@@ -18,8 +18,6 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import jraph
-
-from evqa_jax import pretrained
 from evqa_jax.models import encoders
 from evqa_jax.models.verbalizer import LEARNED_VARIANTS, canonical_variant
 
@@ -132,7 +130,7 @@ class Model(nn.Module):
   @property
   def lm_config(self):
     """`encoder_config` with this model's adapter, dropout and dtype settings."""
-    overrides = pretrained.lm_overrides(self.use_adapters, self.adapter_reduction, self.dropout, self.dtype,
+    overrides = encoders.lm_overrides(self.use_adapters, self.adapter_reduction, self.dropout, self.dtype,
                                         self.remat)
     if self.encoder == "deberta_v2":
       overrides["relative_gather"] = self.relative_gather
@@ -155,7 +153,7 @@ class Model(nn.Module):
       self.cvqa_head = CVQAHead(self.num_classes, lm_config.hidden_size, dtype=lm_config.dtype, name="cvqa_head")
     elif self.verbalizer is not None:
       from evqa_jax.models.verbalizer import Verbalizer
-      self.verbalizer_module = Verbalizer(**self.verbalizer, dtype=pretrained.dtype(self.dtype), name="verbalizer")
+      self.verbalizer_module = Verbalizer(**self.verbalizer, dtype=encoders.dtype(self.dtype), name="verbalizer")
 
   def mask_feature(self, batch, deterministic: bool):
     """-> `[batch, H]` the [MASK] feature of the LM."""

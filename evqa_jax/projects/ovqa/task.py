@@ -13,6 +13,7 @@ import optax
 
 from evqa_jax import io as io_lib
 from evqa_jax import pretrained
+from evqa_jax.models import encoders
 from evqa_jax.models.verbalizer import LEARNED_VARIANTS, canonical_variant
 from evqa_jax.projects import base
 from evqa_jax.projects.ovqa import evaluator
@@ -69,7 +70,7 @@ class Task(base.Task):
       raise ValueError(f"config.model.head = {config.model.head!r}: expected one of {model_lib.HEADS}")
     self.input = input_lib.Input(config, head=config.model.head)
     self.pretrained_dir = pretrained.checkpoint_dir(config.pretrained)
-    encoder_config = pretrained.encoder_config(config.model.encoder, config.pretrained,
+    encoder_config = encoders.encoder_config(config.model.encoder, config.pretrained,
                                                num_visual_tokens=config.data.num_frames,
                                                visual_dim=self.input.visual_dim)
     self.model = model_lib.Model(
@@ -110,7 +111,7 @@ class Task(base.Task):
     or an OVQA-trained one (the same, plus its GNN verbalizer: checkpoint.py)."""
     encoder, init_from = self.config.model.encoder, self.init_from
     params = dict(params)
-    params["lm"] = pretrained.load_encoder_weights(encoder, self.encoder_config, self.pretrained_dir, params["lm"])
+    params["lm"] = encoders.load_encoder_weights(encoder, self.encoder_config, self.pretrained_dir, params["lm"])
     self.verbalizer_from_checkpoint = False
     if init_from:
       from evqa_jax.models import deberta_v2

@@ -27,6 +27,7 @@ import numpy as np
 
 from evqa_jax import io as io_lib
 from evqa_jax import pretrained
+from evqa_jax.models import encoders
 from evqa_jax.projects import base
 from evqa_jax.projects.violin import input as input_lib
 from evqa_jax.projects.violin import model as model_lib
@@ -75,7 +76,7 @@ class Task(base.Task):
       raise ValueError("the tokenizer of config.pretrained.tokenizer / config.pretrained.dir has no mask token, which "
                        "the masked-LM fine-tuning stage needs")
     self.pretrained_dir = pretrained.checkpoint_dir(config.pretrained)
-    encoder_config = pretrained.encoder_config(mc.encoder, config.pretrained)
+    encoder_config = encoders.encoder_config(mc.encoder, config.pretrained)
     if len(tok) > encoder_config.vocab_size:
       raise ValueError(f"the tokenizer has {len(tok)} tokens but the encoder's vocab_size is "
                        f"{encoder_config.vocab_size} (config.pretrained.tokenizer / dir / shape)")
@@ -108,7 +109,7 @@ class Task(base.Task):
   def load_pretrained(self, params: dict) -> dict:
     """The encoder (with its MLM head) from config.pretrained.dir; a random init without one (tests)."""
     params = dict(params)
-    params["text_encoder"] = jax.tree.map(np.asarray, pretrained.load_encoder_weights(
+    params["text_encoder"] = jax.tree.map(np.asarray, encoders.load_encoder_weights(
         self.config.model.encoder, self.model.lm_config, self.pretrained_dir, params["text_encoder"]))
     return params
 

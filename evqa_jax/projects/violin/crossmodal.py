@@ -30,8 +30,6 @@ from typing import Any, Optional
 
 import flax.linen as nn
 import jax.numpy as jnp
-
-from evqa_jax import pretrained
 from evqa_jax.models import encoders
 from evqa_jax.projects.violin.baseline import middle_frame_index
 
@@ -118,7 +116,7 @@ class ViolinCrossModal(nn.Module):
     if self.use_adapters is not None:
       overrides["use_adapters"] = self.use_adapters
     if self.dtype is not None:
-      overrides["dtype"] = pretrained.dtype(self.dtype)
+      overrides["dtype"] = encoders.dtype(self.dtype)
     return dataclasses.replace(self.encoder_config, **overrides) if overrides else self.encoder_config
 
   def _get(self, batch, name, ndim, leading):

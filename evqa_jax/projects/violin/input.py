@@ -50,6 +50,7 @@ from evqa_jax.data import records
 from evqa_jax.data import source as source_lib
 from evqa_jax.evaluate import violin as violin_eval
 from evqa_jax.models import encoders
+from evqa_jax.runs import checkpointing
 
 
 # config.data.text_preprocessing values (see the module docstring).
@@ -165,7 +166,7 @@ def _encoder_init(encoder: str, encoder_config):
 def frozen_encoder_params(encoder: str, encoder_config, pretrained_dir, seed: int) -> dict:
   """Host params of the frozen text encoder: the pretrained checkpoint, else a seeded random init (tests)."""
   init = jax.jit(_encoder_init(encoder, encoder_config))(jax.random.key(seed))
-  params = pretrained.load_encoder_weights(encoder, encoder_config, pretrained_dir, init)
+  params = encoders.load_encoder_weights(encoder, encoder_config, pretrained_dir, init)
   return jax.tree.map(np.asarray, params)
 
 
@@ -177,7 +178,6 @@ def fine_tuned_encoder_params(init_from: str, encoder: str, encoder_config,
   The checkpoint's tree and shapes must be those of `encoder_config` (config.pretrained.dir / shape); errors name
   config.pretrained.init_from.
   """
-  from evqa_jax.train import checkpointing, partition  # the trainer imports the projects: import when used
   key = f"config.pretrained.init_from = {init_from!r}"
   workdir = io_lib.absolute(init_from)  # local or gs://...
   stage = f"python launch/train.py --config=configs/violin_bert_ft.py --workdir={init_from}"
@@ -190,10 +190,10 @@ def fine_tuned_encoder_params(init_from: str, encoder: str, encoder_config,
     raise ValueError(f"{key}: {cfg_path} records a {written.get('task')!r} run of model {written.get('model_name')!r}, "
                      "not the BERT fine-tuning stage (model_name 'bert_mlm', configs/violin_bert_ft.py)")
   try:
-    step, state = checkpointing.load_checkpoint_arrays(workdir, allow_unverified=allow_unverified)
+    step, params = checkpointing.load_params(workdir, allow_unverified=allow_unverified)
   except FileNotFoundError as e:
     raise FileNotFoundError(f"{key}: {e}; run the fine-tuning stage to its end first ({stage})") from None
-  params = partition.merge_params(state.get("trainable") or {}, state.get("frozen") or {}).get("text_encoder")
+  params = params.get("text_encoder")
   expected = jax.eval_shape(_encoder_init(encoder, encoder_config), jax.random.key(0))
   flat = traverse_util.flatten_dict(params or {}, sep="/")
   want = traverse_util.flatten_dict(expected, sep="/")

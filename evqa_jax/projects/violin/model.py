@@ -20,8 +20,6 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-
-from evqa_jax import pretrained
 from evqa_jax.models import encoders
 from evqa_jax.projects.violin import baseline as baseline_lib
 from evqa_jax.projects.violin.crossmodal import ViolinCrossModal
@@ -60,7 +58,7 @@ class BaselineModel(nn.Module):
     """The frozen text encoder's config: `encoder_config` at this model's dtype (None for GloVe)."""
     if self.encoder == "glove":
       return None
-    return dataclasses.replace(self.encoder_config, dtype=pretrained.dtype(self.dtype))
+    return dataclasses.replace(self.encoder_config, dtype=encoders.dtype(self.dtype))
 
   def _encode(self, encoder, ids, mask):
     # Frozen features: no gradient flows into (or through) the encoder.
@@ -68,7 +66,7 @@ class BaselineModel(nn.Module):
 
   @nn.compact
   def __call__(self, batch: dict, deterministic: bool = True):
-    dtype = pretrained.dtype(self.dtype)
+    dtype = encoders.dtype(self.dtype)
     glove = self.encoder == "glove"
     if glove:
       # Word ids -> word vectors; the table is loaded from GloVe by the task (load_pretrained).
@@ -148,7 +146,7 @@ class BertMLM(nn.Module):
 
   @property
   def lm_config(self):
-    return dataclasses.replace(self.encoder_config, dtype=pretrained.dtype(self.dtype))
+    return dataclasses.replace(self.encoder_config, dtype=encoders.dtype(self.dtype))
 
   def num_predictions(self, length: int) -> int:
     return max(1, int(round(length * self.mlm_probability)))

@@ -14,6 +14,8 @@ import jax
 import jax.numpy as jnp
 
 from evqa_jax import pretrained
+
+from evqa_jax.models import encoders
 from evqa_jax.projects import base
 from evqa_jax.projects.violin import baseline
 from evqa_jax.projects.violin import evaluator
@@ -50,11 +52,11 @@ class Task(base.Task):
       self.model = cls(**mc, feature_dim=self.input.feature_dim, vocab_size=len(self.input.words),
                        word_dim=config.word_vectors.dim)
     elif crossmodal:  # the LM reads the frames itself: one visual token per frame slot
-      encoder_config = pretrained.encoder_config(mc.encoder, config.pretrained, num_visual_tokens=dc.max_frames,
+      encoder_config = encoders.encoder_config(mc.encoder, config.pretrained, num_visual_tokens=dc.max_frames,
                                                  visual_dim=self.input.feature_dim)
       self.model = cls(**mc, encoder_config=encoder_config)
     else:
-      encoder_config = pretrained.encoder_config(mc.encoder, config.pretrained)
+      encoder_config = encoders.encoder_config(mc.encoder, config.pretrained)
       self.model = cls(**mc, encoder_config=encoder_config, feature_dim=self.input.feature_dim)
     self.encoder_config = self.model.lm_config
     self._encoder_params = None

@@ -14,7 +14,7 @@ import os
 import sys
 from typing import Optional, Sequence
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _config_spec(argv: Sequence[str]) -> Optional[str]:

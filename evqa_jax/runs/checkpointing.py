@@ -10,14 +10,14 @@ import time
 
 from absl import logging
 from etils import epath
+from flax import traverse_util
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
 from evqa_jax import io as io_lib
-from evqa_jax.data import pipeline
-from evqa_jax.train import safeguards
-from evqa_jax.train import workdir as workdir_lib
+from evqa_jax.runs import data_iterator, safeguards
+from evqa_jax.runs import workdir as workdir_lib
 
 
 def _abstract(state):
@@ -83,7 +83,7 @@ class CheckpointMismatchError(ValueError):
 def save_checkpoint(mngr: ocp.CheckpointManager, step: int, state, train_iter, identity: dict) -> None:
   checksums = safeguards.state_checksums(state)  # verified on restore: damaged array data is not used silently
   mngr.save(step, args=ocp.args.Composite(
-      state=ocp.args.StandardSave(state), data=pipeline.checkpoint_args_save(train_iter),
+      state=ocp.args.StandardSave(state), data=data_iterator.checkpoint_args_save(train_iter),
       meta=ocp.args.JsonSave({"step": int(step), "identity": identity, "checksums": checksums})))
 
 
@@ -106,7 +106,8 @@ def _restore_step(mngr, step: int, state, train_iter, identity: dict, allow_unve
   restored = mngr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(_abstract(state))))
   safeguards.verify_checksums(restored["state"], meta.get("checksums"), step_dir, allow_unverified)
   try:
-    mngr.restore(step, args=ocp.args.Composite(data=pipeline.checkpoint_args_restore(train_iter, allow_unverified)))
+    mngr.restore(step, args=ocp.args.Composite(
+        data=data_iterator.checkpoint_args_restore(train_iter, allow_unverified)))
   except ValueError as e:
     if "differs from the one being restored" in str(e):  # batch size, seed or dataset changed
       raise CheckpointMismatchError(f"cannot resume from {step_dir}: {e}") from e
@@ -219,3 +220,13 @@ def _load_step_arrays(step_dir: str, allow_unverified: bool) -> dict:
   io_lib.check_finite_weights({jax.tree_util.keystr(p): x for p, x in jax.tree_util.tree_leaves_with_path(params)},
                               f"checkpoint {step_dir}")
   return arrays
+
+
+def load_params(workdir: str, step: int | None = None, allow_unverified: bool = False) -> tuple[int, dict]:
+  """(step, host numpy parameters) of a run's checkpoint (default: its newest): the trainable and frozen parameters
+  as one nested dict, verified as `load_checkpoint_arrays` verifies them. What a second training stage reads from the
+  first stage's workdir (JustAsk+'s `pretrained.init_from`, VIOLIN's BERT fine-tuning stage)."""
+  step, state = load_checkpoint_arrays(workdir, step, allow_unverified)
+  flat = dict(traverse_util.flatten_dict(state.get("frozen") or {}))
+  flat.update(traverse_util.flatten_dict(state.get("trainable") or {}))
+  return step, traverse_util.unflatten_dict(flat)

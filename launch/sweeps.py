@@ -29,10 +29,10 @@ import sys
 import time
 
 from evqa_jax import io as io_lib
-from evqa_jax.train import overrides
-from evqa_jax.train import workdir as workdir_lib
+from launch import overrides
+from evqa_jax.runs import workdir as workdir_lib
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def load_config_module(config_path: str):
@@ -246,7 +246,7 @@ def run_sweep(config_path: str, sweep_name: str, workdir: str, mode: str = "loca
     progress.start(k, point["name"])
     if _finished(point_dir):
       if not extra_args:  # a finished point is reused only for the experiment it trained (the sweep may have changed)
-        from evqa_jax.train import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+        from evqa_jax.runs import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
         workdir_lib.check_same_experiment(point_config_dict(module, arg, point), point_dir)
       print(f"[sweep] point {k} of {len(points)}: {point['name']}: done already, skipped", flush=True)
       continue
