@@ -14,6 +14,8 @@ import shutil
 import sys
 import tempfile
 
+from evqa_jax import log
+
 
 # The install lines that bring the optional pieces (setup.py's extras), named by every "missing" message.
 TORCH_INSTALL = "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
@@ -250,7 +252,7 @@ def local_copy(path: str, what: str = "input") -> str:
       write_json(manifest, listing)
     finally:
       shutil.rmtree(staging, ignore_errors=True)
-  print(f"staged {what} {path} -> {target}", flush=True)
+  log.info(f"staged {what} {path} -> {target}", every_process=True)
   return target
 
 

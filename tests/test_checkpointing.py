@@ -99,9 +99,9 @@ def test_load_checkpoint_arrays_reads_a_managed_step_without_a_warning(tmp_path,
 
 
 def test_switching_the_array_handler_logs_no_orbax_override_warning(caplog, orbax_default_handler):
-  """A one-process run replaces Orbax's default (replica-parallel) jax.Array handler at its first checkpoint manager:
-  quietly, where Orbax's public `register_type_handler` would log "Type handler registry type ... overriding" at
-  every run."""
+  """A one-process run replaces Orbax's default (replica-parallel) jax.Array handler at its first checkpoint manager
+  through Orbax's public `register_type_handler`, quietly: Orbax logs "Type handler registry type ... overriding" at
+  every replacement, and the library holds the absl logger at ERROR for that call."""
   del orbax_default_handler
   with caplog.at_level(logging.DEBUG):
     for enabled in (True, False, True):  # the last two replace the handler before them, whatever the first finds

@@ -39,6 +39,21 @@ def test_loaded_weights_line_names_the_new_and_the_unused_tensors(capsys):
       "num_hidden_layers, pooler.*: no pooled output)\n")
 
 
+
+def test_library_messages_are_printed_by_process_zero_unless_about_one_process(capsys, monkeypatch):
+  """evqa_jax.log: the message alone on stdout (a warning prefixed), nothing on stderr (absl's root handler does not
+  print it again); on another process only the messages about that process."""
+  from evqa_jax import log
+  log.info("Resumed from %s at step %d", "w/checkpoints", 4)
+  log.warning("checkpoint %s is damaged", "w/3")
+  monkeypatch.setattr(log, "process_index", lambda: 1)
+  log.info("step 1/2 loss=1")
+  log.warning("could not renew the lock", every_process=True)
+  out, err = capsys.readouterr()
+  assert (out, err) == ("Resumed from w/checkpoints at step 4\nWARNING: checkpoint w/3 is damaged\n"
+                        "WARNING: could not renew the lock\n", "")
+
+
 # An E-VQA generative evaluation's result (the 440-character console line of before).
 EVQA = {"F": 8.2343, "J": 5.8036, "JF": 7.0189, "accuracy": 40.0, "format_errors_bad_mask_folder": 0,
         "format_errors_total": 0, "mIoP": 29.439, "mIoU": 29.439, "masks_scored": True, "num_correct": 4,

@@ -54,6 +54,7 @@ import pandas as pd
 
 from evqa_jax import cli
 from evqa_jax import io
+from evqa_jax import log
 from evqa_jax.evaluate import json_safe, load_json_object
 from evqa_jax.metrics import st_evidence as st
 
@@ -251,8 +252,7 @@ def evaluate(gt_csv: str, pred_json: str, gt_masks: Optional[str], pred_masks: O
   gt_ids = {r["entry_id"] for r in gt_rows}
   unmatched = sorted(set(preds) - gt_ids)
   if unmatched:
-    print(f"warning: {len(unmatched)} prediction entries are not in {gt_csv} and are ignored, e.g. {unmatched[:5]}",
-          file=sys.stderr)
+    log.warning(f"{len(unmatched)} prediction entries are not in {gt_csv} and are ignored, e.g. {unmatched[:5]}")
 
   correct, ious, iops, entry_j, entry_f = [], [], [], [], []
   per_entry: dict[str, dict[str, Any]] = {}

@@ -56,6 +56,7 @@ import pandas as pd
 
 from evqa_jax import cli
 from evqa_jax import io
+from evqa_jax import log
 from evqa_jax.evaluate import json_safe, load_json_object
 from evqa_jax.metrics import st_evidence as st
 
@@ -208,8 +209,8 @@ def read_predictions(path: str, num_options: Optional[dict] = None) -> dict[str,
   if num_options is not None:
     unmatched = [e for e in preds if e not in num_options]
     if unmatched:
-      print(f"warning: {len(unmatched)} prediction entries are not in the ground truth and are ignored, "
-            f"e.g. {unmatched[:5]}", file=sys.stderr)
+      log.warning(f"{len(unmatched)} prediction entries are not in the ground truth and are ignored, "
+                  f"e.g. {unmatched[:5]}")
   return preds
 
 

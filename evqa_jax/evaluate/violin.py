@@ -30,6 +30,7 @@ from typing import Any, Optional, Sequence
 
 from evqa_jax import cli
 from evqa_jax import io
+from evqa_jax import log
 from evqa_jax.evaluate import json_safe, load_json_object
 from evqa_jax.metrics import violin as violin_lib
 
@@ -86,8 +87,7 @@ def read_predictions(path: str, clips: dict[str, dict[str, Any]],
       errors["out_of_range"] += 1
     preds[clip_id] = [[float(a), float(b)] for a, b in probs]
   if errors["not_in_annotation"]:
-    print(f"warning: {errors['not_in_annotation']} prediction clips are not in the annotation and are ignored",
-          file=sys.stderr)
+    log.warning(f"{errors['not_in_annotation']} prediction clips are not in the annotation and are ignored")
   return preds
 
 

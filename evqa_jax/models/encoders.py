@@ -7,6 +7,7 @@ import importlib
 
 import jax.numpy as jnp
 
+from evqa_jax import log
 from evqa_jax import pretrained
 
 # Config dtype names -> compute dtypes (`config.model.dtype`).
@@ -79,5 +80,5 @@ def load_encoder_weights(encoder: str, config, path, params):
   if not pretrained.has_checkpoint(path):
     return params
   params, report = load_hf_params(encoder, config, path, params)
-  print(f"Loaded {encoder} weights from {path}: {report.summary()}", flush=True)
+  log.info(f"Loaded {encoder} weights from {path}: {report.summary()}")
   return params

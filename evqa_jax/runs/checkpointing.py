@@ -5,6 +5,7 @@ is reported, moved to <workdir>/checkpoints_damaged/ and the previous one is use
 experiment or data pipeline raises CheckpointMismatchError instead. Every process takes part (a shared filesystem).
 """
 
+import logging as std_logging
 import os
 import time
 
@@ -16,6 +17,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from evqa_jax import io as io_lib
+from evqa_jax import log
 from evqa_jax.runs import data_iterator, safeguards
 from evqa_jax.runs import workdir as workdir_lib
 
@@ -46,21 +48,28 @@ def replica_parallel(config) -> bool:
   return jax.process_count() > 1 if value is None else bool(value)
 
 
+# The jax.Array handlers this module registers, one per `use_replica_parallel` value (reused, so a switch back is
+# recognised by identity through Orbax's public registry).
+_ARRAY_HANDLERS = {}
+
+
 def _use_replica_parallel(enabled: bool) -> None:
-  """Orbax keeps one jax.Array handler per process (StandardSave takes no registry of its own): registers Orbax's
-  default handler (with its array metadata store) with `use_replica_parallel=enabled` unless it already is."""
+  """Orbax keeps one jax.Array handler per process (StandardSave takes no registry of its own): registers a handler
+  with `use_replica_parallel=enabled` unless the registered one is already this module's for `enabled`. Orbax logs
+  "Type handler registry type ... overriding jax.Array" at every replacement: the absl logger is held at ERROR for
+  that one call. (Orbax's own default handler also writes array_metadatas/, its metadata of PRNG-key arrays, which a
+  train state does not hold; that store is not public.)"""
   current = ocp.type_handlers.get_type_handler(jax.Array)
-  if getattr(current, "_use_replica_parallel", None) == enabled:
+  if current is _ARRAY_HANDLERS.get(enabled):
     return
-  # Orbax's default handler has an array metadata store, and its registry's `add` (the one that can replace a
-  # handler without logging "Type handler registry type ... overriding jax.Array" at every run) is not public either.
-  # pylint: disable=import-outside-toplevel
-  from orbax.checkpoint._src.metadata import array_metadata_store
-  from orbax.checkpoint._src.serialization import type_handler_registry
-  # pylint: enable=import-outside-toplevel
-  type_handler_registry.GLOBAL_TYPE_HANDLER_REGISTRY.add(
-      jax.Array, ocp.type_handlers.ArrayHandler(array_metadata_store=array_metadata_store.Store(),
-                                                use_replica_parallel=enabled), override=True, ignore_warnings=True)
+  handler = _ARRAY_HANDLERS.setdefault(enabled, ocp.type_handlers.ArrayHandler(use_replica_parallel=enabled))
+  absl_logger = logging.get_absl_logger()
+  level = absl_logger.level
+  absl_logger.setLevel(std_logging.ERROR)
+  try:
+    ocp.type_handlers.register_type_handler(jax.Array, handler, override=True)
+  finally:
+    absl_logger.setLevel(level)
 
 
 def make_checkpoint_manager(workdir: str, config, keep: KeepSteps | None = None) -> ocp.CheckpointManager:
@@ -145,8 +154,8 @@ def restore_latest(mngr: ocp.CheckpointManager, state, make_iter, identity: dict
       step_dir = os.path.join(os.fspath(mngr.directory), str(step))
       logging.warning("checkpoint %s is unreadable (%s)", step_dir, reason)
       if jax.process_index() == 0:
-        print(f"WARNING: checkpoint {step_dir} is damaged or incomplete ({reason[:300]}); "
-              "falling back to the previous checkpoint", flush=True)
+        log.warning(f"checkpoint {step_dir} is damaged or incomplete ({reason[:300]}); "
+                   "falling back to the previous checkpoint")
       damaged.append(step)
   if damaged:
     workdir_lib.sync("evqa_jax:damaged_found")
@@ -156,7 +165,7 @@ def restore_latest(mngr: ocp.CheckpointManager, state, make_iter, identity: dict
       for step in damaged:
         target = os.path.join(aside, f"{step}.{int(time.time())}")
         io_lib.move(os.path.join(os.fspath(mngr.directory), str(step)), target)
-        print(f"moved the damaged checkpoint of step {step} to {target}", flush=True)
+        log.info(f"moved the damaged checkpoint of step {step} to {target}")
     workdir_lib.sync("evqa_jax:damaged_moved")
     mngr.reload()
   return result if result is not None else (None, None, make_iter())

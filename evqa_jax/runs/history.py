@@ -7,6 +7,7 @@ restored step, so after any number of kills the file equals the one of an uninte
 import json
 
 from evqa_jax import io as io_lib
+from evqa_jax import log
 
 
 class History:
@@ -38,7 +39,7 @@ class History:
         changed = True
     if changed:
       io_lib.write_text(path, "".join(line + "\n" for line in kept))
-      print(f"{path}: dropped the rows past step {keep_up_to} (logged after the last checkpoint)", flush=True)
+      log.info(f"{path}: dropped the rows past step {keep_up_to} (logged after the last checkpoint)")
 
   def append(self, row: dict) -> None:
     if not self.enabled:

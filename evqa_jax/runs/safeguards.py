@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from evqa_jax import io as io_lib
+from evqa_jax import log
 
 LOCK_FILE = ".workdir.lock"
 
@@ -218,8 +219,8 @@ class Lease:
     try:
       holder = _read_lock_settled(self.path)
     except Exception as e:  # pylint: disable=broad-except
-      print(f"WARNING: {self.path}: could not read the lock ({type(e).__name__}: {e}); going on with what the "
-            "heartbeat last saw", flush=True)
+      log.warning(f"{self.path}: could not read the lock ({type(e).__name__}: {e}); going on with what the "
+                 "heartbeat last saw", every_process=True)
       return self.lost
     if self.lost is None:
       self._seen(holder)
@@ -252,10 +253,10 @@ def remote_lock(path: str, lease: float = LEASE_SECONDS, heartbeat: float = HEAR
       # stale once it has stayed so for `lease` seconds, like a holder that stopped beating.
       if unreadable_since is None:
         unreadable_since = time.monotonic()
-        print(f"{path} is unreadable (not a lock this code wrote): waiting up to {lease:.0f} s before taking it "
-              "over", flush=True)
+        log.info(f"{path} is unreadable (not a lock this code wrote): waiting up to {lease:.0f} s before taking it "
+                 "over", every_process=True)
       if time.monotonic() - unreadable_since > lease:
-        print(f"{path}: taking over the lock that stayed unreadable for {lease:.0f} s", flush=True)
+        log.info(f"{path}: taking over the lock that stayed unreadable for {lease:.0f} s", every_process=True)
         io_lib.epath_of(path).unlink(missing_ok=True)
         seen, unreadable_since = None, None
         continue
@@ -268,14 +269,15 @@ def remote_lock(path: str, lease: float = LEASE_SECONDS, heartbeat: float = HEAR
       seen, since = holder, time.monotonic()
     age = time.time() - holder["time"]
     if _process_gone(holder) or age > lease or time.monotonic() - since > lease:
-      print(f"{path}: taking over the stale lock of host {holder.get('host')}, pid {holder.get('pid')}", flush=True)
+      log.info(f"{path}: taking over the stale lock of host {holder.get('host')}, pid {holder.get('pid')}",
+               every_process=True)
       io_lib.epath_of(path).unlink(missing_ok=True)
       seen = None
       continue
     if not announced:
       announced = True
-      print(f"{path} is held by host {holder.get('host')}, pid {holder.get('pid')}: waiting up to {lease:.0f} s "
-            "for it to beat (a live run) or not (a stale lock)", flush=True)
+      log.info(f"{path} is held by host {holder.get('host')}, pid {holder.get('pid')}: waiting up to {lease:.0f} s "
+               "for it to beat (a live run) or not (a stale lock)", every_process=True)
     time.sleep(min(heartbeat / 3, 5.0))
   held = Lease(path, me["token"])
   stop = threading.Event()
@@ -285,13 +287,13 @@ def remote_lock(path: str, lease: float = LEASE_SECONDS, heartbeat: float = HEAR
       try:
         held._seen(_read_lock_settled(path))  # pylint: disable=protected-access
         if held.lost is not None:
-          print(f"WARNING: {path} no longer holds this run's lock ({_holder_words(held.lost)}); the run stops "
-                "before its next write", flush=True)
+          log.warning(f"{path} no longer holds this run's lock ({_holder_words(held.lost)}); the run stops "
+                     "before its next write", every_process=True)
           return
         io_lib.epath_of(path).write_text(json.dumps(dict(me, time=time.time())))
       except Exception as e:  # pylint: disable=broad-except  (a storage hiccup must not end the heartbeat)
-        print(f"WARNING: {path}: could not renew the lock ({type(e).__name__}: {e}); trying again in "
-              f"{heartbeat:.0f} s", flush=True)
+        log.warning(f"{path}: could not renew the lock ({type(e).__name__}: {e}); trying again in "
+                   f"{heartbeat:.0f} s", every_process=True)
 
   thread = threading.Thread(target=beat, name="workdir-lock-heartbeat", daemon=True)
   thread.start()

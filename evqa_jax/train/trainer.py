@@ -23,6 +23,7 @@ import jax
 import numpy as np
 
 from evqa_jax import io as io_lib
+from evqa_jax import log
 from evqa_jax import projects as tasks_lib
 from evqa_jax import settings
 from evqa_jax.data import pipeline
@@ -128,7 +129,7 @@ def _train_and_evaluate(config, workdir: str, lease: safeguards.WorkdirLease) ->
   if restored is not None:
     state = restored
     if is_main:
-      print(f"Resumed from {mngr.directory} at step {start_step}", flush=True)
+      log.info(f"Resumed from {mngr.directory} at step {start_step}")
   else:
     state = steps_lib.load_pretrained_into(state, task, state_shardings)
     start_step = 0
@@ -142,9 +143,9 @@ def _train_and_evaluate(config, workdir: str, lease: safeguards.WorkdirLease) ->
                           "total_steps": total_steps, "devices": jax.device_count(),
                           "processes": jax.process_count()})
   if is_main:
-    print(f"{task.describe()}: {n_train:,} trainable / {n_frozen:,} frozen parameters; "
-          f"{len(train_source)} train examples, {total_steps} steps of {config.batch_size} on mesh "
-          f"{dict(mesh.shape)} ({jax.process_count()} process(es))", flush=True)
+    log.info(f"{task.describe()}: {n_train:,} trainable / {n_frozen:,} frozen parameters; "
+             f"{len(train_source)} train examples, {total_steps} steps of {config.batch_size} on mesh "
+             f"{dict(mesh.shape)} ({jax.process_count()} process(es))")
 
   def put_aux(aux):
     # From the state as loaded or restored: what the task precomputes reads frozen parameters only, which training
@@ -179,9 +180,9 @@ def _train_and_evaluate(config, workdir: str, lease: safeguards.WorkdirLease) ->
       if is_main:
         writer.write_scalars(step, writers_lib.metric_scalars(split, results))
         io_lib.write_json(os.path.join(workdir, "eval", f"{split}_metrics.json"), {"step": step, **results})
-        print(writers_lib.format_metrics(f"eval {split} @ step {step} ({time.time() - t0:.1f}s)", results,
-                                         task.console_metrics(), os.path.relpath(out_dir, workdir) + "/metrics.json"),
-              flush=True)
+        log.info(writers_lib.format_metrics(f"eval {split} @ step {step} ({time.time() - t0:.1f}s)", results,
+                                            task.console_metrics(),
+                                            os.path.relpath(out_dir, workdir) + "/metrics.json"))
         last_metrics[split] = results
     update_best(step)
 
@@ -307,9 +308,9 @@ def evaluate_checkpoint(config, workdir: str, checkpoint: str | None, splits=Non
       out_dir = os.path.join(workdir, "eval", f"{split}_{tag}")
       results[split] = evaluation.evaluate_split(task, steps, state, aux, split, config, batch_shard, out_dir)
       if jax.process_index() == 0:
-        print(writers_lib.format_metrics(f"eval {split} @ {checkpoint or 'zero-shot'} ({tag})", results[split],
-                                         task.console_metrics(), os.path.relpath(out_dir, workdir) + "/metrics.json"),
-              flush=True)
+        log.info(writers_lib.format_metrics(f"eval {split} @ {checkpoint or 'zero-shot'} ({tag})", results[split],
+                                            task.console_metrics(),
+                                            os.path.relpath(out_dir, workdir) + "/metrics.json"))
   out = {"checkpoint": checkpoint or "zero_shot", "step": step, "eval": results}
   if jax.process_index() == 0:
     io_lib.write_json(os.path.join(workdir, f"evaluate_{tag}.json"), out)

@@ -22,6 +22,7 @@ from tensorboard.compat.proto import event_pb2, summary_pb2  # plain protobuf: t
 from tensorboard.plugins.hparams import summary_v2
 
 from evqa_jax import io as io_lib
+from evqa_jax import log
 from evqa_jax.data import tfrecord
 
 REMOTE_FLUSH_SECONDS = 60.0
@@ -163,5 +164,5 @@ class Progress:
     eta = (self.total - step) / max(overall, 1e-9)
     self.last_t, self.last_step = now, step
     if jax.process_index() == 0:
-      print(f"step {step}/{self.total} loss={metrics['loss']:.4f} lr={metrics.get('lr', 0):.3g} "
-            f"{rate:.2f} steps/s ETA {eta / 60:.1f} min", flush=True)
+      log.info(f"step {step}/{self.total} loss={metrics['loss']:.4f} lr={metrics.get('lr', 0):.3g} "
+               f"{rate:.2f} steps/s ETA {eta / 60:.1f} min")

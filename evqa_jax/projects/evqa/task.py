@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from evqa_jax import log
 from evqa_jax import pretrained
 
 from evqa_jax.models import encoders
@@ -95,7 +96,7 @@ class Task(base.Task):
       from evqa_jax.models import clip_vision
       fe = dict(params["frame_encoder"])
       clip, report = clip_vision.load_hf_params(self.model.clip_config, pretrained.resolve(pc.clip_dir), fe["clip"])
-      print(f"Loaded CLIP vision weights from {pc.clip_dir}: {report.summary()}", flush=True)
+      log.info(f"Loaded CLIP vision weights from {pc.clip_dir}: {report.summary()}")
       fe["clip"] = clip
       params["frame_encoder"] = fe
     return params

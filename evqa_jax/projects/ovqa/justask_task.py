@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from evqa_jax import log
 from evqa_jax import pretrained
 from evqa_jax.models import distilbert, hf_utils
 from evqa_jax.projects.ovqa import input as input_lib
@@ -123,15 +124,15 @@ class Task(task_lib.Task):
         for key in path[:-1]:
           tree = tree[key] = dict(tree[key])
         tree[path[-1]], report = distilbert.load_hf_params(config, self.pretrained_dir, tree[path[-1]])
-      print(f"Loaded the question and answer DistilBERTs from {self.pretrained_dir}: {len(report.loaded)} tensors "
-            "each", flush=True)
+      log.info(f"Loaded the question and answer DistilBERTs from {self.pretrained_dir}: {len(report.loaded)} tensors "
+               "each")
     if not self.init_from:
       return params
     path = os.path.expanduser(self.init_from)
     if os.path.isdir(os.path.join(path, "checkpoints")):
       return self._load_run(path, params)
     params, report = justask.load_checkpoint(self.model, path, params, trust_pickles=self.config.trust_pickles)
-    print(f"Initialised from Just Ask checkpoint {path}: {str(report).splitlines()[0]}", flush=True)
+    log.info(f"Initialised from Just Ask checkpoint {path}: {str(report).splitlines()[0]}")
     return params
 
   def _load_run(self, workdir: str, params: dict) -> dict:
@@ -145,8 +146,8 @@ class Task(task_lib.Task):
       raise ValueError(f"config.pretrained.init_from = {workdir}: its checkpoint holds no JustAsk answer encoder "
                        "(not a run of a :justask config?)")
     ours.update({k: np.asarray(theirs[k]) for k in taken})
-    print(f"Initialised from step {step} of {workdir}: {len(taken)} of {len(ours)} parameters "
-          f"({', '.join(sorted({k.split('/')[0] for k in set(ours) - set(taken)})) or 'none'} from init)", flush=True)
+    log.info(f"Initialised from step {step} of {workdir}: {len(taken)} of {len(ours)} parameters "
+             f"({', '.join(sorted({k.split('/')[0] for k in set(ours) - set(taken)})) or 'none'} from init)")
     return hf_utils.unflatten_params(ours)
 
   @property

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import optax
 
 from evqa_jax import io as io_lib
+from evqa_jax import log
 from evqa_jax import pretrained
 from evqa_jax.models import encoders
 from evqa_jax.models.verbalizer import LEARNED_VARIANTS, canonical_variant
@@ -122,13 +123,13 @@ class Task(base.Task):
       path = io_lib.local_copy(init_from, "init_from")
       ckpt = checkpoint.read(path, self.config.trust_pickles)
       lm, report = deberta_v2.load_frozenbilm_checkpoint(self.encoder_config, path, params["lm"], checkpoint=ckpt)
-      print(f"Initialised from FrozenBiLM checkpoint {init_from}: {str(report).splitlines()[0]}", flush=True)
+      log.info(f"Initialised from FrozenBiLM checkpoint {init_from}: {str(report).splitlines()[0]}")
       params["lm"] = lm
       layers = checkpoint.verbalizer_weights(ckpt, path)
       if layers:
         params = checkpoint.load_verbalizer(params, layers, self.config.verbalizer, path)
         self.verbalizer_from_checkpoint = True
-        print(f"Initialised the GNN verbalizer from {init_from} ({len(layers)} layers)", flush=True)
+        log.info(f"Initialised the GNN verbalizer from {init_from} ({len(layers)} layers)")
     return params
 
   def check_zero_shot(self) -> None:

@@ -6,6 +6,7 @@ import os
 import numpy as np
 
 from evqa_jax import io as io_lib
+from evqa_jax import log
 from evqa_jax.evaluate import json_safe
 from evqa_jax.evaluate import violin as violin_eval
 from evqa_jax.metrics import violin as violin_metrics
@@ -23,8 +24,7 @@ def predictions_json(clips: dict, clip_ids: list, outputs: dict) -> dict:
     if sorted(pairs) == list(range(n)):
       out[clip_id] = [pairs[j] for j in range(n)]
     else:
-      print(f"WARNING: clip {clip_id} has predictions for pairs {sorted(pairs)} of {n}; left out (counted wrong)",
-            flush=True)
+      log.warning(f"clip {clip_id} has predictions for pairs {sorted(pairs)} of {n}; left out (counted wrong)")
   return out
 
 

@@ -44,6 +44,7 @@ import numpy as np
 from flax import traverse_util
 
 from evqa_jax import io as io_lib
+from evqa_jax import log
 from evqa_jax import pretrained
 from evqa_jax import violin_text
 from evqa_jax.data import records
@@ -115,7 +116,7 @@ class WordTable:
     with io_lib.file_lock(os.path.join(self.cache_dir, ".lock")):
       if not os.path.exists(path):
         t0 = time.time()
-        print(f"word table: looking up {len(self.words)} words in {self.source} -> {path}", flush=True)
+        log.info(f"word table: looking up {len(self.words)} words in {self.source} -> {path}")
         found = word_vectors.lookup_vectors(self.source, self.words, self.dim)
         table = (np.random.default_rng(self.seed).standard_normal((len(self.words), self.dim)) *
                  UNKNOWN_WORD_STD).astype(np.float32)
@@ -125,7 +126,7 @@ class WordTable:
         with io_lib.atomic_path(path) as tmp:
           with open(tmp, "wb") as f:
             np.save(f, table)
-        print(f"word table: {len(found)} of {len(self.words)} words in GloVe ({time.time() - t0:.0f}s)", flush=True)
+        log.info(f"word table: {len(found)} of {len(self.words)} words in GloVe ({time.time() - t0:.0f}s)")
       return np.load(path)
 
 
@@ -208,7 +209,7 @@ def fine_tuned_encoder_params(init_from: str, encoder: str, encoder_config,
     digest.update(k.encode())
     digest.update(np.ascontiguousarray(flat[k], np.float32).tobytes())
   params = jax.tree.map(lambda x: np.asarray(x, np.float32), params)
-  print(f"Text encoder from the fine-tuning stage {workdir} (step {step})", flush=True)
+  log.info(f"Text encoder from the fine-tuning stage {workdir} (step {step})")
   return params, f"init_from:{workdir}:step={step}:sha1={digest.hexdigest()}"
 
 
@@ -412,7 +413,7 @@ class Input:
     order = np.argsort(lengths, kind="stable")
     bs = self.config.data.text_cache_batch_size
     t0 = time.time()
-    print(f"text-feature cache: encoding {len(texts)} {kind} texts (max {max_len} tokens) -> {path}.npy", flush=True)
+    log.info(f"text-feature cache: encoding {len(texts)} {kind} texts (max {max_len} tokens) -> {path}.npy")
     for start in range(0, len(texts), bs):
       rows = order[start:start + bs]
       width = min(max_len, max(8, -(-int(lengths[rows].max()) // 8) * 8))
@@ -427,7 +428,7 @@ class Input:
         np.save(f, feats)
     io_lib.write_json(path + ".json", {"texts": texts, "lengths": lengths.tolist(), "max_len": max_len,
                                        "key": json.loads(key_src)})
-    print(f"text-feature cache: {kind} done in {time.time() - t0:.0f}s", flush=True)
+    log.info(f"text-feature cache: {kind} done in {time.time() - t0:.0f}s")
 
   # -- records --------------------------------------------------------------------------------------------------
   def source(self, split: str):
