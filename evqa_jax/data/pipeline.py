@@ -35,7 +35,6 @@ import grain
 import grain.python as gp
 import numpy as np
 
-
 Transform = Callable[[dict], Mapping[str, Any]]
 VALID_KEY = "_valid"
 # Upper bound on the step count of an endless run (num_epochs=None); Grain's sampler wants a size.
@@ -244,7 +243,8 @@ class DataIterator(grain.DataLoaderIterator):
     """Positions the iterator so that the next batch is batch `step` of the run."""
     if not 0 <= step <= self.plan.num_steps:
       raise ValueError(f"set_step({step}): outside [0, {self.plan.num_steps}] for {self.plan.identity()}")
-    self.set_state(json.dumps(_grain_state_for_step(step, self._data_loader)).encode())
+    current = json.loads(self.get_state().decode())
+    self.set_state(json.dumps(_grain_state_for_step(step, current)).encode())
 
 
 class DataLoader(grain.DataLoader):
@@ -345,20 +345,17 @@ def _step_from_grain_state(state: Mapping[str, Any]) -> int:
   return sum((int(last_seen[str(i)]) + workers - i) // workers for i in range(workers))
 
 
-def _grain_state_for_step(step: int, loader: grain.DataLoader) -> dict:
-  """Grain's DataLoaderIterator state (format version 2) positioned after `step` batches.
+def _grain_state_for_step(step: int, state: Mapping[str, Any]) -> dict:
+  """Grain's DataLoaderIterator `state` (its public get_state(), format version 2) moved to after `step` batches.
 
   With W workers, batch k comes from worker k % W (round robin), so worker i has produced
-  ceil((step - i) / W) batches; Grain stores the last index each worker saw and the last worker used.
+  ceil((step - i) / W) batches; Grain stores the last index each worker saw and the last worker used. The other
+  fields (the sampler and data source Grain checks the state against) are kept as the iterator gave them.
   """
-  workers = loader.multiprocessing_options.num_workers
+  if state.get("version") != 2:
+    raise ValueError(f"Grain's iterator state has format version {state.get('version')!r}; this code positions "
+                     "version 2 (the Grain that setup.py pins)")
+  workers = int(state["worker_count"])
   w = max(workers, 1)
   last_seen = {str(i): -w + i + max(0, -(-(step - i) // w)) * w for i in range(w)}
-  return {
-      "version": 2,
-      "last_seen_indices": last_seen,
-      "last_worker_index": (step % w) - 1 if workers else -1,
-      "worker_count": workers,
-      "sampler": repr(loader._sampler),  # pylint: disable=protected-access
-      "data_source": repr(loader._data_source),  # pylint: disable=protected-access
-  }
+  return {**state, "last_seen_indices": last_seen, "last_worker_index": (step % w) - 1 if workers else -1}
