@@ -137,3 +137,21 @@ def test_state_checksums_on_host_equal_the_device_program_and_a_hand_computed_ca
   flipped = dict(state, bf16=state["bf16"].at[2, 3].set(7.0))
   changed = {k for k, v in safeguards.state_checksums(flipped).items() if v != host[k]}
   assert changed == {"['bf16']"}
+
+
+def test_load_params_merges_the_trainable_and_frozen_parameters_of_a_run(tmp_path):
+  """What a second training stage reads of the first one's workdir (runs.checkpointing.load_params): one tree of the
+  trainable and frozen parameters, as host numpy, verified; the optimiser state and step left out."""
+  w, b, emb = (jax.numpy.asarray(np.arange(n, dtype=np.float32) + n) for n in (6, 2, 4))
+  state = {"step": jax.numpy.asarray(7, np.int32), "trainable": {"head": {"w": w}},
+           "frozen": {"head": {"b": b}, "emb": emb}, "opt_state": {"mu": {"head": {"w": w * 0}}}}
+  mngr = checkpointing.make_checkpoint_manager(str(tmp_path), _config(None))
+  meta = {"step": 7, "checksums": safeguards.state_checksums(state)}
+  mngr.save(7, args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)))
+  mngr.wait_until_finished()
+  mngr.close()
+  step, params = checkpointing.load_params(str(tmp_path))
+  assert step == 7 and jax.tree.structure(params) == jax.tree.structure({"head": {"w": 0, "b": 0}, "emb": 0})
+  for got, want in ((params["head"]["w"], w), (params["head"]["b"], b), (params["emb"], emb)):
+    assert isinstance(got, np.ndarray)
+    np.testing.assert_array_equal(got, np.asarray(want))
