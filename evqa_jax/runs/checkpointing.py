@@ -202,8 +202,8 @@ def load_checkpoint_arrays(workdir: str, step: int | None = None, allow_unverifi
       if chosen in checkpoint_steps(ckpt_dir):
         raise  # still there: damaged, not deleted
       if retry:
-        print(f"checkpoint step {chosen} was deleted while it was read (the run is still training); reading the "
-              "newest finished step instead", flush=True)
+        log.info(f"checkpoint step {chosen} was deleted while it was read (the run is still training); reading the "
+                 "newest finished step instead")
         continue
       raise FileNotFoundError(
           f"checkpoint {ckpt_dir}/{chosen} was deleted while it was read ({type(e).__name__}): the run is still "
