@@ -75,7 +75,8 @@ def test_task_never_builds_a_world(tmp_path):
 # an earlier run's parameters; the trainer is the library's top; configs and data_prep use the library; launch/ uses
 # everything.
 FLOORS = (
-    ("evqa_jax", "evqa_jax.log", "evqa_jax.io", "evqa_jax.cli", "evqa_jax.spm_tokenizer", "evqa_jax.violin_text"),
+    ("evqa_jax", "evqa_jax.log", "evqa_jax.io", "evqa_jax.cli", "evqa_jax.settings", "evqa_jax.spm_tokenizer",
+     "evqa_jax.violin_text"),
     ("evqa_jax.pretrained", "evqa_jax.metrics", "evqa_jax.data"),
     ("evqa_jax.graphs", "evqa_jax.models", "evqa_jax.evaluate", "evqa_jax.runs"),
     ("evqa_jax.projects",),
