@@ -54,6 +54,8 @@ def roofline(report: dict, peak: float | None) -> dict:
     out["roofline_step_s"] = max(compute_s, memory_s)
     out["roofline_bound"] = "compute" if compute_s >= memory_s else "memory"
     out["mfu_ceiling"] = compute_s / out["roofline_step_s"]
+    if report.get("model_flops"):  # the step's model FLOPs (no remat recompute) over the same roofline time
+      out["mfu_ceiling_model"] = report["model_flops"] / peak / out["roofline_step_s"]
     if report.get("global_batch_size"):
       out["roofline_examples_per_s"] = report["global_batch_size"] / out["roofline_step_s"]
   return out

@@ -25,6 +25,9 @@ flags.DEFINE_integer("fake_cpu_devices", None, "Simulate this many CPU devices (
 flags.DEFINE_integer("deberta_max_gathered_run", None,
                      "Diagnostic: evqa_jax.models.deberta_v2.MAX_GATHERED_RUN for this compile (0: the relative "
                      "gather's backward as the segmented scan it used before the per-position gathers).")
+flags.DEFINE_bool("model_flops", False,
+                  "Also compile the step without remat to report its FLOPs as model_flops (rows with remat: the "
+                  "compile table's mfu_ceiling_model; a step without remat reports its own FLOPs).")
 flags.mark_flags_as_required(["config"])
 FLAGS = flags.FLAGS
 
@@ -60,6 +63,8 @@ def main(argv):
     deberta_v2.MAX_GATHERED_RUN = FLAGS.deberta_max_gathered_run  # read when the backward is traced
   mesh = parse_mesh(FLAGS.mesh) if FLAGS.mesh else None
   report = aot.compile_train_step(FLAGS.config, mesh_shape=mesh, topology=FLAGS.topology)
+  if FLAGS.model_flops and "model_flops" not in report:
+    report["model_flops"] = aot.model_flops(FLAGS.config, mesh_shape=mesh, topology=FLAGS.topology)
   print(json.dumps(report, sort_keys=True), flush=True)
 
 

@@ -39,6 +39,7 @@ import functools
 import math
 from typing import Optional, Tuple
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -47,13 +48,16 @@ from jax.experimental.pallas import tpu as pltpu
 
 SEQ_ALIGN = 128
 _F32 = jnp.float32
-_INTERPRET = [False]
+_INTERPRET = [None]  # stack of the active interpret() contexts' row alignments (None: compile for the TPU)
 
 
 @contextlib.contextmanager
-def interpret():
-  """Runs the kernels traced inside in Pallas' interpret mode (on CPU: the parity tests)."""
-  _INTERPRET.append(True)
+def interpret(align: int = SEQ_ALIGN):
+  """Runs the kernels traced inside in Pallas' interpret mode (on CPU: the parity tests), padding sequences to a
+  multiple of `align` (a multiple of 8; interpret mode has no lane tiling, so tests may pad less than a TPU)."""
+  if align % 8:
+    raise ValueError(f"interpret(align={align}): a multiple of 8 needed")
+  _INTERPRET.append(align)
   try:
     yield
   finally:
@@ -240,14 +244,51 @@ def _params():
   return pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary"), vmem_limit_bytes=96 * 2**20)
 
 
+_KINDS = ("tok", "tok", "tok", "rows", "rows", "vec", "vec", "tok")  # q, k, v, kr, qr, qv, kv, keep
+
+
+def _on_mesh(fn, args, kinds, out_kinds):
+  """fn(*args) per shard under the context mesh (`jax.set_mesh`; Mosaic kernels are not partitioned
+  automatically): batch and heads split as the logical rules split "batch" and "heads". Outputs of kind "rows"
+  (the relative rows' gradients, each shard's batch part) are summed over the batch shards. No mesh: fn(*args)."""
+  if not jax.sharding.get_abstract_mesh().axis_names:
+    return fn(*args)
+  tok = nn.logical_to_mesh_axes(("batch", "heads", None, None))
+  spec = {"tok": tok, "rows": nn.logical_to_mesh_axes(("heads", None, None)),
+          "vec": nn.logical_to_mesh_axes(("batch", None, None))}
+  batch_axes = tok[0]
+
+  def body(*a):
+    out = fn(*a)
+    if batch_axes is None or not isinstance(out, (list, tuple)):
+      return out
+    return [jax.lax.psum(o, batch_axes) if kind == "rows" else o for o, kind in zip(out, out_kinds)]
+
+  out_specs = [spec[k] for k in out_kinds] if isinstance(out_kinds, list) else spec[out_kinds]
+  return jax.shard_map(body, in_specs=tuple(spec[k] for k in kinds), out_specs=out_specs, check_vma=False)(*args)
+
+
+def _present(arrays):
+  return ([a for a in arrays if a is not None], [k for a, k in zip(arrays, _KINDS + ("tok",)) if a is not None])
+
+
+def _width(st, q, kr, qr):
+  return (kr if st.c2p else qr).shape[1] if (st.c2p or st.p2c) else 2 * q.shape[2]
+
+
 def _forward(st, q, k, v, kr, qr, qv, kv, keep):
-  batch, heads, length, dim = q.shape
-  width = (kr if st.c2p else qr).shape[1] if (st.c2p or st.p2c) else 2 * length
-  tok, _, specs = _specs(st, length, width, dim)
-  args = [a for a in (q, k, v, kr, qr, qv, kv, keep) if a is not None]
-  return pl.pallas_call(functools.partial(_fwd_kernel, st), grid=(heads, batch), in_specs=specs, out_specs=tok,
-                        out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype), compiler_params=_params(), interpret=_INTERPRET[-1],
-                        cost_estimate=cost(st, q, width, False), name="deberta_attention_fwd")(*args)
+  width = _width(st, q, kr, qr)
+
+  def call(*args):
+    batch, heads, length, dim = args[0].shape
+    tok, _, specs = _specs(st, length, width, dim)
+    return pl.pallas_call(functools.partial(_fwd_kernel, st), grid=(heads, batch), in_specs=specs, out_specs=tok,
+                          out_shape=jax.ShapeDtypeStruct(args[0].shape, args[0].dtype), compiler_params=_params(),
+                          interpret=_INTERPRET[-1] is not None, cost_estimate=cost(st, args[0], width, False),
+                          name="deberta_attention_fwd")(*args)
+
+  args, kinds = _present((q, k, v, kr, qr, qv, kv, keep))
+  return _on_mesh(call, args, kinds, "tok")
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
@@ -261,16 +302,21 @@ def _attention_fwd(st, q, k, v, kr, qr, qv, kv, keep):
 
 def _attention_bwd(st, res, do):
   q, k, v, kr, qr, qv, kv, keep = res
-  batch, heads, length, dim = q.shape
-  width = (kr if st.c2p else qr).shape[1] if (st.c2p or st.p2c) else 2 * length
-  tok, rows, specs = _specs(st, length, width, dim)
-  args = [a for a in (q, k, v, kr, qr, qv, kv, keep) if a is not None] + [do]
-  out_shape = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (q, k, v)]
-  out_shape += [jax.ShapeDtypeStruct(x.shape, _F32) for x in (kr, qr) if x is not None]
-  grads = pl.pallas_call(functools.partial(_bwd_kernel, st), grid=(heads, batch), in_specs=specs + [tok],
-                         out_specs=[tok] * 3 + [rows] * (st.c2p + st.p2c), out_shape=out_shape,
-                         compiler_params=_params(), interpret=_INTERPRET[-1], cost_estimate=cost(st, q, width, True),
-                         name="deberta_attention_bwd")(*args)
+  width = _width(st, q, kr, qr)
+  out_kinds = ["tok"] * 3 + ["rows"] * (st.c2p + st.p2c)
+
+  def call(*args):
+    batch, heads, length, dim = args[0].shape
+    tok, rows, specs = _specs(st, length, width, dim)
+    out_shape = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in args[:3]]
+    out_shape += [jax.ShapeDtypeStruct((heads, width, dim), _F32)] * (st.c2p + st.p2c)
+    return pl.pallas_call(functools.partial(_bwd_kernel, st), grid=(heads, batch), in_specs=specs + [tok],
+                          out_specs=[tok] * 3 + [rows] * (st.c2p + st.p2c), out_shape=out_shape,
+                          compiler_params=_params(), interpret=_INTERPRET[-1] is not None,
+                          cost_estimate=cost(st, args[0], width, True), name="deberta_attention_bwd")(*args)
+
+  args, kinds = _present((q, k, v, kr, qr, qv, kv, keep, do))
+  grads = _on_mesh(call, args, kinds, out_kinds)
   dq, dk, dv = grads[:3]
   rest = list(grads[3:])
   dkr = rest.pop(0).astype(kr.dtype) if kr is not None else None
@@ -282,7 +328,8 @@ _attention.defvjp(_attention_fwd, _attention_bwd)
 
 
 def padded_length(seq: int) -> int:
-  return -(-seq // SEQ_ALIGN) * SEQ_ALIGN
+  align = _INTERPRET[-1] or SEQ_ALIGN
+  return -(-seq // align) * align
 
 
 def padded_diagonal(diag: Tuple[int, ...], padded: int) -> Tuple[int, ...]:

@@ -45,13 +45,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from evqa_jax.models import hf_utils, layers
+from evqa_jax.models import deberta_pallas, hf_utils, layers
 from evqa_jax.models.layers import ACTIVATIONS, VisualProjection
 
 _POS_ATT_TYPES = ("c2p", "p2c")
 # FrozenBiLM's emd_context_layer (and the original DeBERTa MLM) runs the shared last layer twice.
 _EMD_STEPS = 2
-RELATIVE_GATHERS = ("scores", "rows")
+RELATIVE_GATHERS = ("scores", "rows", "pallas")
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 
 
@@ -106,6 +106,9 @@ class DebertaV2Config:
   # Where the full-sequence relative attention gathers by the Toeplitz index: "scores" (`toeplitz_gather` of the
   # [b, heads, S, rows] c2p / p2c scores) or "rows" (`toeplitz_scores`: of the projected relative rows, a weight-sized
   # gather, then one matmul and a skew). Same values; "rows" keeps activation-sized gathers out of every layer.
+  # "pallas": the whole attention (scores, c2p, p2c, skew, mask, softmax, dropout, value product) in one Pallas TPU
+  # kernel, forward and backward (evqa_jax/models/deberta_pallas.py; TPU only, or its interpret mode); the EMD's
+  # query rows (not Toeplitz) use "rows".
   relative_gather: str = "scores"
 
   def __post_init__(self):
@@ -461,6 +464,9 @@ class DisentangledSelfAttention(nn.Module):
     q, k, v = query_proj(query), key_proj(hidden), value_proj(hidden)
     scale_factor = 1 + len(cfg.pos_att_type)
     scale = math.sqrt(dim * scale_factor)
+    if rel_diag is not None and cfg.relative_gather == "pallas":
+      return self._fused(q, k, v, mask, rel_embeddings, rel_rows, rel_diag, scale, proj, key_proj, query_proj,
+                         deterministic)
     scores = jnp.einsum("bqnd,bknd->bnqk", q, k)
     if cfg.relative_attention and cfg.pos_att_type:
       rel = nn.Dropout(cfg.hidden_dropout_prob)(rel_embeddings, deterministic=deterministic)
@@ -498,6 +504,33 @@ class DisentangledSelfAttention(nn.Module):
     probs = jax.nn.softmax(scores, axis=-1).astype(cfg.dtype)
     probs = nn.Dropout(cfg.attention_probs_dropout_prob)(probs, deterministic=deterministic)
     return jnp.einsum("bnqk,bknd->bqnd", probs, v)
+
+  def _fused(self, q, k, v, mask, rel_embeddings, rel_rows, rel_diag, scale, proj, key_proj, query_proj,
+             deterministic):
+    """The same attention as __call__'s by `deberta_pallas.disentangled_attention`: the same submodules and
+    dropout calls in the same order (same parameters, same dropout bits)."""
+    cfg = self.config
+    pos_key = pos_query = None
+    if cfg.relative_attention and cfg.pos_att_type:
+      rel = nn.Dropout(cfg.hidden_dropout_prob)(rel_embeddings, deterministic=deterministic)
+      rel = rel[:2 * cfg.att_span].astype(cfg.dtype)
+      if rel_rows is not None:
+        rel = rel[rel_rows[0]:rel_rows[1]]
+      if cfg.share_att_key:
+        pos_key_proj, pos_query_proj = key_proj, query_proj
+      else:
+        pos_key_proj = proj("pos_key_proj") if "c2p" in cfg.pos_att_type else None
+        pos_query_proj = proj("pos_query_proj") if "p2c" in cfg.pos_att_type else None
+      pos_key = pos_key_proj(rel) if "c2p" in cfg.pos_att_type else None
+      pos_query = pos_query_proj(rel) if "p2c" in cfg.pos_att_type else None
+    rate = cfg.attention_probs_dropout_prob
+    keep = None
+    if not deterministic and rate > 0:
+      # nn.Dropout's own mask (its rng stream and bits), as the XLA path draws it over the probabilities.
+      b, s, n, _ = q.shape
+      keep = nn.Dropout(rate)(jnp.ones((b, n, s, s), jnp.float32), deterministic=False) != 0
+    return deberta_pallas.disentangled_attention(q, k, v, pos_key, pos_query, rel_diag, mask, scale, keep,
+                                                 1.0 - rate)
 
 
 class DebertaV2SelfOutput(nn.Module):

@@ -154,7 +154,20 @@ def compile_train_step(config, mesh_shape=None, devices=None, topology: str | No
 
   Memory figures are per device (XLA compiles one SPMD program); FLOPs are per device as XLA counts them.
   """
-  return compile_lowered(*lower_train_step(config, mesh_shape, devices, topology))
+  report = compile_lowered(*lower_train_step(config, mesh_shape, devices, topology))
+  if config.model.get("remat", "none") == "none":
+    report["model_flops"] = report.get("flops")
+  return report
+
+
+def model_flops(config, mesh_shape=None, devices=None, topology: str | None = None) -> float | None:
+  """XLA's FLOPs count of the same step without rematerialization (model.remat = none): the step's model FLOPs,
+  without the forward recomputed in the backward (one more compile; memory is not checked)."""
+  config = config.copy_and_resolve_references()
+  with config.unlocked():
+    config.model.remat = "none"
+  lowered, _ = lower_train_step(config, mesh_shape, devices, topology)
+  return analysis(lowered.compile()).get("flops")
 
 
 def compile_lowered(lowered, report, compiler_options=None) -> dict:
