@@ -15,7 +15,10 @@ chip's HBM and whether the peak fits in it, the machine and its load while the r
 compile seconds only from a row whose machine was otherwise idle: `compile_seconds_usable`), and the roofline
 (benchmarks/chips.py: the chip's published peak FLOP/s and HBM): step time max(FLOPs / peak FLOP/s, bytes / HBM
 bandwidth), the MFU ceiling it implies (XLA's FLOPs, backward, recomputation and optimizer included, so it bounds
-MFU from above) and examples/s at that step time. A row that fails to compile is kept, with its error: a failure
+MFU from above) and examples/s at that step time; with `model_flops` (a step without remat reports its own FLOPs;
+`launch/aot_check.py --model_flops` compiles the step without remat to count them) also `mfu_ceiling_model`: the
+model FLOPs (no recompute) over the same roofline time, the ceiling of MFU as model FLOPs count it. A Pallas kernel
+(model.relative_gather=pallas) counts by its declared pl.CostEstimate. A row that fails to compile is kept, with its error: a failure
 is a finding. Rows are written to --out as they finish (so a long
 table survives an interruption), each with its exact command and the git commit it compiled: a new row replaces the
 row of the same command in place (the table holds each command's latest compile), others are appended; the file is
@@ -72,12 +75,12 @@ def run_row(args_text: str, timeout: float) -> dict:
 def markdown(rows) -> str:
   """The README table of `rows` (per device; GiB = 2^30 bytes)."""
   head = ("| command | device | mesh (data x model) | arguments GiB | temp GiB | peak GiB / HBM | fits | "
-          "FLOPs/step/device | compile s | roofline step s | MFU ceiling | examples/s |")
+          "FLOPs/step/device | compile s | roofline step s | MFU ceiling | examples/s | model MFU ceiling |")
   out = [head, "|" + "---|" * (head.count("|") - 1)]
   for r in map(with_roofline, rows):
     cmd = f"`{r['command']}`"
     if "error" in r:
-      out.append(f"| {cmd} | | | | | | error: {r['error']} | | | | | |")
+      out.append(f"| {cmd} | | | | | | error: {r['error']} | | | | | | |")
       continue
     g = lambda key: f"{r[key] / GIB:.2f}" if key in r else ""  # noqa: E731
     hbm = f" / {r['hbm_bytes'] / GIB:.0f}" if "hbm_bytes" in r else ""
@@ -87,10 +90,11 @@ def markdown(rows) -> str:
     roof = f"{r['roofline_step_s']:.3g} ({r['roofline_bound']})" if "roofline_step_s" in r else ""
     mfu = f"{r['mfu_ceiling']:.2f}" if "mfu_ceiling" in r else ""
     rate = f"{r['roofline_examples_per_s']:.0f}" if "roofline_examples_per_s" in r else ""
+    model = f"{r['mfu_ceiling_model']:.2f}" if "mfu_ceiling_model" in r else ""
     compile_s = r["compile_seconds"] if r.get("compile_seconds_usable") else "–"  # busy machine: not quoted
     out.append(f"| {cmd} | {r['device_kind']} x {r['devices']} | {mesh} | {g('argument_size_in_bytes')} | "
                f"{g('temp_size_in_bytes')} | {g('peak_estimate_bytes')}{hbm} | {fits} | {flops} | "
-               f"{compile_s} | {roof} | {mfu} | {rate} |")
+               f"{compile_s} | {roof} | {mfu} | {rate} | {model} |")
   return "\n".join(out)
 
 

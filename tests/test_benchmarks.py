@@ -145,8 +145,11 @@ def test_compile_table_quotes_compile_seconds_only_from_an_idle_machine():
   # The roofline columns come from the row's counts (benchmarks/chips.py): 1.5e12 / 197e12 = 7.61 ms of compute
   # against 0.5 s of HBM traffic at 819 GB/s: memory-bound, MFU ceiling 0.0152, 4 examples / 0.5 s.
   assert busy.split(" | ")[1:] == ["TPU v5 lite x 4", "4 x 1", "1.00", "2.00", "3.00 / 16", "yes", "1.5e+12", "–",
-                                   "0.5 (memory)", "0.02", "8 |"]
+                                   "0.5 (memory)", "0.02", "8", " |"]
   assert idle.split(" | ")[8] == "123.4"
+  # With the step's model FLOPs (no remat recompute): the model MFU ceiling over the same roofline time.
+  model = compile_table.markdown([dict(row, model_flops=1.0e12)]).splitlines()[-1]
+  assert model.split(" | ")[-1] == f"{1.0e12 / 197e12 / 0.5:.2f} |"
   # Rows written before the load was recorded have no verdict: not quoted either.
   assert compile_table.markdown([row]).splitlines()[-1].split(" | ")[8] == "–"
 
