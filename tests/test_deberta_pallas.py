@@ -27,8 +27,8 @@ def _xla_attention(q, k, v, pos_key, pos_query, diag, mask, scale, keep, keep_pr
 
 def test_kernel_values_and_gradients_match_xla():
   """40 tokens (padded to 48 in interpret mode; 128 on a TPU) with log buckets (make_log_bucket_position: 32 buckets, max position
-  128, so distances >= 16 share rows, as xlarge's 256 / 512 do from 128 on), a padded batch row (and so fully masked query rows), attention dropout with
-  a given keep mask: the output and the gradients of q, k, v and both projected relative-row tables equal the XLA
+  128, so distances >= 16 share rows, as xlarge's 256 / 512 do from 128 on), a padded batch row (and so fully masked query rows), attention dropout (the
+  kernel draws its keep mask from the key; the XLA path is given the same draw): the output and the gradients of q, k, v and both projected relative-row tables equal the XLA
   path's within 1e-5."""
   cfg = D.DebertaV2Config(hidden_size=32, num_attention_heads=2, relative_attention=True, position_buckets=32,
                           max_relative_positions=128, pos_att_type=("c2p", "p2c"))
@@ -43,19 +43,19 @@ def test_kernel_values_and_gradients_match_xla():
   pos_key, pos_query = (jax.random.normal(ks[3 + i], (rows, heads, dim)) for i in range(2))
   valid = jnp.arange(seq)[None] < jnp.asarray([[seq], [29]])
   mask = valid[:, :, None] & valid[:, None, :]
-  keep = jax.random.bernoulli(ks[5], 0.9, (2, heads, seq, seq))
+  keep = jax.random.bernoulli(ks[5], 0.9, (2, heads, seq, seq))  # what the kernel draws from ks[5]
   weight = jax.random.normal(ks[6], q.shape)
   scale = math.sqrt(3 * dim)
 
-  def loss(fn):
+  def loss(fn, dropout):
     def f(*args):
-      out = fn(*args, diag, mask, scale, keep, 0.9)
+      out = fn(*args, diag, mask, scale, dropout, 0.9)
       return (out * weight).sum(), out
     return jax.jit(jax.value_and_grad(f, argnums=(0, 1, 2, 3, 4), has_aux=True))
 
   with P.interpret(align=16):
-    (_, got), got_grads = loss(P.disentangled_attention)(q, k, v, pos_key, pos_query)
-  (_, want), want_grads = loss(_xla_attention)(q, k, v, pos_key, pos_query)
+    (_, got), got_grads = loss(P.disentangled_attention, ks[5])(q, k, v, pos_key, pos_query)
+  (_, want), want_grads = loss(_xla_attention, keep)(q, k, v, pos_key, pos_query)
   np.testing.assert_allclose(got, want, **TOL)
   for name, a, b in zip(("q", "k", "v", "pos_key", "pos_query"), got_grads, want_grads):
     np.testing.assert_allclose(a, b, err_msg=name, **TOL)
@@ -64,7 +64,7 @@ def test_kernel_values_and_gradients_match_xla():
 def test_layer_with_the_flag_matches_rows():
   """A whole DeBERTa-v2 layer (attention, output, FFN; separate pos_key/pos_query projections; LayerNorm'ed relative
   embeddings passed in) with model.relative_gather="pallas" against "rows", dropout on (the same rng: the kernel
-  gets nn.Dropout's own mask): output and the gradients of every parameter, the hidden states and the relative
+  draws nn.Dropout's own mask): output and the gradients of every parameter, the hidden states and the relative
   embeddings within 1e-5."""
   base = dict(vocab_size=61, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=48,
               max_position_embeddings=40, relative_attention=True, position_buckets=8, pos_att_type=["p2c", "c2p"],
@@ -115,22 +115,21 @@ def test_kernel_compiles_for_v5e():
   diag = D.toeplitz_diagonal(index - index.min())
   rows = int(index.max() - index.min()) + 1
 
-  def step(q, k, v, pos_key, pos_query, valid, keep):
+  def step(q, k, v, pos_key, pos_query, valid):
     mask = valid[:, :, None] & valid[:, None, :]
 
     def loss(*a):
-      return P.disentangled_attention(*a, diag, mask, math.sqrt(3 * dim), keep, 0.9).astype(jnp.float32).sum()
+      return P.disentangled_attention(*a, diag, mask, math.sqrt(3 * dim), jax.random.key(0), 0.9).astype(jnp.float32).sum()
     return jax.grad(loss, argnums=(0, 1, 2, 3, 4))(q, k, v, pos_key, pos_query)
 
   sharding = jax.sharding.SingleDeviceSharding(device)
   spec = lambda shape, dtype=jnp.bfloat16: jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)  # noqa: E731
   compiled = jax.jit(step).lower(
-      *[spec((batch, seq, heads, dim))] * 3, *[spec((rows, heads, dim))] * 2, spec((batch, seq), jnp.bool_),
-      spec((batch, heads, seq, seq), jnp.bool_)).compile()
+      *[spec((batch, seq, heads, dim))] * 3, *[spec((rows, heads, dim))] * 2, spec((batch, seq), jnp.bool_)).compile()
   length = P.padded_length(seq)
   assert length == 384
   st = P._Static(seq=seq, scale=1.0, keep_prob=0.9, c2p=True, p2c=True, dropout=True)  # pylint: disable=protected-access
   declared = P.cost(st, jax.ShapeDtypeStruct((batch, heads, length, dim), jnp.bfloat16), 2 * length, True)
   cost = compiled.cost_analysis()
   assert cost["transcendentals"] == declared.transcendentals
-  assert declared.flops <= cost["flops"] < 1.01 * declared.flops  # the kernel plus the few XLA ops around it
+  assert declared.flops <= cost["flops"] < 1.05 * declared.flops  # the kernel, the keep-mask draw, the XLA ops around

@@ -23,10 +23,10 @@ width 2 S); padded keys are masked out (exp = 0, so a fully masked row is unifor
 XLA path) and padded query rows are dropped. The mask must be an outer product valid_q x valid_k (what the
 encoder builds); the kernel takes the two vectors (mask.any over keys / queries), not the [S, S] mask.
 
-Dropout of the attention probabilities: the keep mask is drawn outside the kernel by the same `nn.Dropout` call
-(same rng stream, same bits) as the XLA path and passed in as int8 [b, heads, S, S]: values, gradients and a
-resumed run are identical to the XLA path's; the cost is one byte per token pair read by the forward and again by
-the backward (declared in the CostEstimate). The TPU PRNG (`pltpu.prng_seed`) would remove those bytes but give
+Dropout of the attention probabilities: the keep mask is drawn outside the kernel from the key nn.Dropout would use
+(same bits as the XLA path), by the forward and again by the backward (nothing [S, S] is saved between them), and
+passed in as int8 [b, heads, S, S]: values, gradients and a resumed run are identical to the XLA path's; the cost is
+one byte per token pair read by each kernel (declared in the CostEstimate) and the XLA fusion that writes it. The TPU PRNG (`pltpu.prng_seed`) would remove those bytes but give
 bits no other path (nor interpret mode) reproduces.
 
 `pl.CostEstimate`: flops of the matmuls, exp count, and bytes_accessed exactly as the BlockSpecs move them
@@ -291,17 +291,31 @@ def _forward(st, q, k, v, kr, qr, qv, kv, keep):
   return _on_mesh(call, args, kinds, "tok")
 
 
+def _keep_mask(st, key, q):
+  """The attention-dropout keep mask [b, heads, P, P] int8 from the step's dropout key: nn.Dropout's own draw
+  (`jax.random.bernoulli(key, keep_prob, [b, heads, S, S])`, the same bits as the XLA path), padded. Drawn again
+  by the backward, so no [S, S] mask is kept alive between the two."""
+  if not st.dropout:
+    return None
+  batch, heads, length, _ = q.shape
+  keep = jax.random.bernoulli(key, st.keep_prob, (batch, heads, st.seq, st.seq))
+  pad = length - st.seq
+  return jnp.pad(keep, ((0, 0), (0, 0), (0, pad), (0, pad))).astype(jnp.int8)
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _attention(st, q, k, v, kr, qr, qv, kv, keep):
-  return _forward(st, q, k, v, kr, qr, qv, kv, keep)
+def _attention(st, q, k, v, kr, qr, qv, kv, key):
+  return _forward(st, q, k, v, kr, qr, qv, kv, _keep_mask(st, key, q))
 
 
-def _attention_fwd(st, q, k, v, kr, qr, qv, kv, keep):
-  return _forward(st, q, k, v, kr, qr, qv, kv, keep), (q, k, v, kr, qr, qv, kv, keep)
+def _attention_fwd(st, q, k, v, kr, qr, qv, kv, key):
+  out = _forward(st, q, k, v, kr, qr, qv, kv, _keep_mask(st, key, q))
+  return out, (q, k, v, kr, qr, qv, kv, key)
 
 
 def _attention_bwd(st, res, do):
-  q, k, v, kr, qr, qv, kv, keep = res
+  q, k, v, kr, qr, qv, kv, key = res
+  keep = _keep_mask(st, key, q)
   width = _width(st, q, kr, qr)
   out_kinds = ["tok"] * 3 + ["rows"] * (st.c2p + st.p2c)
 
@@ -340,11 +354,11 @@ def padded_diagonal(diag: Tuple[int, ...], padded: int) -> Tuple[int, ...]:
 
 
 def disentangled_attention(q, k, v, pos_key, pos_query, diag: Tuple[int, ...], mask, scale: float,
-                           keep: Optional[jax.Array] = None, keep_prob: float = 1.0):
+                           dropout_key: Optional[jax.Array] = None, keep_prob: float = 1.0):
   """q, k, v [b, S, heads, d]; pos_key / pos_query [R, heads, d] the projected relative rows (None: no c2p / p2c
   term); diag the static Toeplitz diagonal (2 S - 1 rows of pos_*); mask [b, S, S] bool (an outer product
-  valid_q x valid_k); keep [b, heads, S, S] bool attention-dropout keep mask (None: no dropout) with probability
-  keep_prob. -> context [b, S, heads, d]."""
+  valid_q x valid_k); dropout_key: the attention dropout's key (None: no dropout; the keep mask is
+  `jax.random.bernoulli(dropout_key, keep_prob, [b, heads, S, S])`, as nn.Dropout draws it). -> [b, S, heads, d]."""
   from evqa_jax.models.deberta_v2 import _gather_along_last  # pylint: disable=import-outside-toplevel
   batch, seq, heads, dim = q.shape
   length = padded_length(seq)
@@ -363,9 +377,7 @@ def disentangled_attention(q, k, v, pos_key, pos_query, diag: Tuple[int, ...], m
   qr = None if pos_query is None else rows(pos_query.astype(q.dtype), tuple(diag_p))
   qv = jnp.pad(jnp.any(mask, axis=-1), ((0, 0), (0, pad))).astype(jnp.int32)[:, :, None]
   kv = jnp.pad(jnp.any(mask, axis=-2), ((0, 0), (0, pad))).astype(jnp.int32)[:, None, :]
-  if keep is not None:
-    keep = jnp.pad(keep, ((0, 0), (0, 0), (0, pad), (0, pad))).astype(jnp.int8)
   st = _Static(seq=seq, scale=float(scale), keep_prob=float(keep_prob), c2p=kr is not None, p2c=qr is not None,
-               dropout=keep is not None)
-  out = _attention(st, tokens(q), tokens(k), tokens(v), kr, qr, qv, kv, keep)
+               dropout=dropout_key is not None)
+  out = _attention(st, tokens(q), tokens(k), tokens(v), kr, qr, qv, kv, dropout_key)
   return jnp.transpose(out[:, :, :seq], (0, 2, 1, 3))

@@ -524,13 +524,20 @@ class DisentangledSelfAttention(nn.Module):
       pos_key = pos_key_proj(rel) if "c2p" in cfg.pos_att_type else None
       pos_query = pos_query_proj(rel) if "p2c" in cfg.pos_att_type else None
     rate = cfg.attention_probs_dropout_prob
-    keep = None
+    key = None
     if not deterministic and rate > 0:
-      # nn.Dropout's own mask (its rng stream and bits), as the XLA path draws it over the probabilities.
-      b, s, n, _ = q.shape
-      keep = nn.Dropout(rate)(jnp.ones((b, n, s, s), jnp.float32), deterministic=False) != 0
-    return deberta_pallas.disentangled_attention(q, k, v, pos_key, pos_query, rel_diag, mask, scale, keep,
+      # The key of the XLA path's probability dropout (nn.Dropout "Dropout_{i}" of this module; its rel dropout
+      # is Dropout_0): the kernel's keep mask has the same bits.
+      key = _DropoutKey(name=f"Dropout_{int(pos_key is not None or pos_query is not None)}")()
+    return deberta_pallas.disentangled_attention(q, k, v, pos_key, pos_query, rel_diag, mask, scale, key,
                                                  1.0 - rate)
+
+
+class _DropoutKey(nn.Module):
+  """The 'dropout' rng an nn.Dropout of the same name (scope path) would draw."""
+
+  def __call__(self):
+    return self.make_rng("dropout")
 
 
 class DebertaV2SelfOutput(nn.Module):
