@@ -14,12 +14,12 @@ weights (evqa_jax/train/aot.py; a TPU topology needs libtpu, not a TPU). To the 
 chip's HBM and whether the peak fits in it, the machine and its load while the row compiled (the table quotes
 compile seconds only from a row whose machine was otherwise idle: `compile_seconds_usable`), and the roofline
 (benchmarks/chips.py: the chip's published peak FLOP/s and HBM): step time max(FLOPs / peak FLOP/s, bytes / HBM
-bandwidth), the MFU ceiling it implies (XLA's FLOPs, backward, recomputation and optimizer included, so it bounds
-MFU from above) and examples/s at that step time; with `model_flops` (a step without remat reports its own FLOPs;
-`launch/aot_check.py --model_flops` compiles the step without remat to count them) also `mfu_ceiling_model`: the
-model FLOPs (no recompute) over the same roofline time, the ceiling of MFU as model FLOPs count it. A Pallas kernel
-(model.relative_gather=pallas) counts by its declared pl.CostEstimate. A row that fails to compile is kept, with its error: a failure
-is a finding. Rows are written to --out as they finish (so a long
+bandwidth), the MFU ceiling it implies (XLA's FLOPs, backward, recomputation and optimizer included, so it bounds MFU
+from above) and examples/s at that step time; with `model_flops` (a step without remat reports its own FLOPs;
+`launch/aot_check.py --model_flops` compiles the step without remat to count them) also `mfu_ceiling_model`: the model
+FLOPs (no recompute) over the same roofline time, the ceiling of MFU as model FLOPs count it. A Pallas kernel
+(model.relative_gather=pallas) counts by its declared pl.CostEstimate. A row that fails to compile is kept, with its
+error: a failure is a finding. Rows are written to --out as they finish (so a long
 table survives an interruption), each with its exact command and the git commit it compiled: a new row replaces the
 row of the same command in place (the table holds each command's latest compile), others are appended; the file is
 rewritten through a temporary file and a rename, never left half-written.

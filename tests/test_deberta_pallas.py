@@ -26,10 +26,11 @@ def _xla_attention(q, k, v, pos_key, pos_query, diag, mask, scale, keep, keep_pr
 
 
 def test_kernel_values_and_gradients_match_xla():
-  """40 tokens (padded to 48 in interpret mode; 128 on a TPU) with log buckets (make_log_bucket_position: 32 buckets, max position
-  128, so distances >= 16 share rows, as xlarge's 256 / 512 do from 128 on), a padded batch row (and so fully masked query rows), attention dropout (the
-  kernel draws its keep mask from the key; the XLA path is given the same draw): the output and the gradients of q, k, v and both projected relative-row tables equal the XLA
-  path's within 1e-5."""
+  """40 tokens (padded to 48 in interpret mode; 128 on a TPU) with log buckets (make_log_bucket_position: 32
+  buckets, max position 128, so distances >= 16 share rows, as xlarge's 256 / 512 do from 128 on), a padded batch
+  row (and so fully masked query rows), attention dropout (the kernel draws its keep mask from the key; the XLA path
+  is given the same draw): the output and the gradients of q, k, v and both projected relative-row tables equal the
+  XLA path's within 1e-5."""
   cfg = D.DebertaV2Config(hidden_size=32, num_attention_heads=2, relative_attention=True, position_buckets=32,
                           max_relative_positions=128, pos_att_type=("c2p", "p2c"))
   seq, heads, dim = 40, 2, 16
@@ -119,7 +120,8 @@ def test_kernel_compiles_for_v5e():
     mask = valid[:, :, None] & valid[:, None, :]
 
     def loss(*a):
-      return P.disentangled_attention(*a, diag, mask, math.sqrt(3 * dim), jax.random.key(0), 0.9).astype(jnp.float32).sum()
+      out = P.disentangled_attention(*a, diag, mask, math.sqrt(3 * dim), jax.random.key(0), 0.9)
+      return out.astype(jnp.float32).sum()
     return jax.grad(loss, argnums=(0, 1, 2, 3, 4))(q, k, v, pos_key, pos_query)
 
   sharding = jax.sharding.SingleDeviceSharding(device)
@@ -128,7 +130,8 @@ def test_kernel_compiles_for_v5e():
       *[spec((batch, seq, heads, dim))] * 3, *[spec((rows, heads, dim))] * 2, spec((batch, seq), jnp.bool_)).compile()
   length = P.padded_length(seq)
   assert length == 384
-  st = P._Static(seq=seq, scale=1.0, keep_prob=0.9, c2p=True, p2c=True, dropout=True)  # pylint: disable=protected-access
+  st = P._Static(seq=seq, scale=1.0, keep_prob=0.9, c2p=True, p2c=True,  # pylint: disable=protected-access
+                 dropout=True)
   declared = P.cost(st, jax.ShapeDtypeStruct((batch, heads, length, dim), jnp.bfloat16), 2 * length, True)
   cost = compiled.cost_analysis()
   assert cost["transcendentals"] == declared.transcendentals

@@ -26,8 +26,8 @@ encoder builds); the kernel takes the two vectors (mask.any over keys / queries)
 Dropout of the attention probabilities: the keep mask is drawn outside the kernel from the key nn.Dropout would use
 (same bits as the XLA path), by the forward and again by the backward (nothing [S, S] is saved between them), and
 passed in as int8 [b, heads, S, S]: values, gradients and a resumed run are identical to the XLA path's; the cost is
-one byte per token pair read by each kernel (declared in the CostEstimate) and the XLA fusion that writes it. The TPU PRNG (`pltpu.prng_seed`) would remove those bytes but give
-bits no other path (nor interpret mode) reproduces.
+one byte per token pair read by each kernel (declared in the CostEstimate) and the XLA fusion that writes it. The TPU
+PRNG (`pltpu.prng_seed`) would remove those bytes but give bits no other path (nor interpret mode) reproduces.
 
 `pl.CostEstimate`: flops of the matmuls, exp count, and bytes_accessed exactly as the BlockSpecs move them
 (grid (heads, batch): the relative rows are fetched once per head).
