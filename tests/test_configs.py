@@ -32,8 +32,8 @@ def test_every_variant_builds(path):
   built = 0
   for r in range(0, 3):
     for combo in itertools.combinations(variants, r):
-      if _incompatible(module, combo):
-        with pytest.raises(ValueError, match="has no JustAsk counterpart"):
+      if _foreign(module, combo):
+        with pytest.raises(ValueError, match="has no JustAsk counterpart and does not combine with 'justask'"):
           module.get_config(",".join(combo))
         continue
       try:
@@ -53,13 +53,14 @@ def test_every_variant_builds(path):
     module.get_config("no_such_variant")
 
 
-def _incompatible(module, combo) -> bool:
-  """`combo` holds a variant pair the config refuses (ovqa_common.INCOMPATIBLE: FrozenBiLM-only variants with
-  justask)."""
-  pairs = getattr(module, "INCOMPATIBLE", None)
-  if pairs is None and "ovqa_common" in open(module.__file__).read():
-    pairs = importlib.import_module("configs.ovqa_common").INCOMPATIBLE
-  return any(set(p) <= set(combo) for p in pairs or ())
+def _foreign(module, combo) -> bool:
+  """`combo` picks an OVQA backbone and holds a variant of another backbone's own (configs/ovqa_common.py BACKBONES:
+  FrozenBiLM's cvqa_mlp or xxlarge with justask)."""
+  if "ovqa_common" not in open(module.__file__).read():
+    return False
+  backbones = importlib.import_module("configs.ovqa_common").BACKBONES
+  picked = [m for name, m in backbones.items() if name in combo] or [next(iter(backbones.values()))]
+  return any(set(combo) & (m.OWN_VARIANTS - picked[0].OWN_VARIANTS) for m in backbones.values())
 
 
 def test_durations_vocabulary():
@@ -99,11 +100,15 @@ def test_model_keys_are_the_model_fields(path):
   variants = sorted(module.VARIANTS)
   for r in range(0, 2):
     for combo in itertools.combinations(variants, r):
-      if _incompatible(module, combo):
+      if _foreign(module, combo):
         continue
       config = module.get_config(",".join(combo) or None)
-      model_module = importlib.import_module(f"evqa_jax.projects.{config.task}.model")
-      cls = getattr(model_module, "model_class", lambda c: model_module.Model)(config)
+      if config.task == "ovqa":  # the model of the backbone's table entry
+        from evqa_jax.projects.ovqa import backbones
+        cls = backbones.backbone_class(config.model.backbone).model_class
+      else:
+        model_module = importlib.import_module(f"evqa_jax.projects.{config.task}.model")
+        cls = getattr(model_module, "model_class", lambda c: model_module.Model)(config)
       fields = {f.name for f in dataclasses.fields(cls)} - {"parent", "name"}
       assert set(config.model) <= fields, (path, combo, sorted(set(config.model) - fields))
 
@@ -173,3 +178,22 @@ def test_ovqa_synthetic_variants_name_one_world():
   assert len(set(ovqa_common.SYNTHETIC_WORLDS.values())) == len(ovqa_common.SYNTHETIC_WORLDS)
   with pytest.raises(ValueError, match="'nbrworld'.*does not combine with 'small'"):
     ovqa_msrvtt.get_config("nbrworld,small")
+
+
+def test_ovqa_backbone_tables_agree():
+  """The configs' backbone table (configs/ovqa_common.py) and the library's (evqa_jax/projects/ovqa/backbones/) name
+  the same backbones; each config entry builds config.model.backbone = its name, picked by the variant of its name
+  (none for the default), and the library entry names that variant and its own Flax model."""
+  import dataclasses
+  from configs import ovqa_common, ovqa_msrvtt
+  from evqa_jax.projects.ovqa import backbones
+  assert list(ovqa_common.BACKBONES) == list(backbones.BACKBONES)
+  for name in backbones.BACKBONES:
+    variant = "" if name == ovqa_common.DEFAULT_BACKBONE else name
+    cls = backbones.backbone_class(name)
+    assert cls.variant == variant and cls.model_class.__module__.startswith("evqa_jax.projects.ovqa."), name
+    config = ovqa_msrvtt.get_config(",".join(filter(None, ("tiny", variant))))
+    assert config.model.backbone == name
+    assert set(config.model) <= {f.name for f in dataclasses.fields(cls.model_class)}
+  with pytest.raises(ValueError, match=r"config.model.backbone = 'nope': expected one of \('frozenbilm', 'justask'\)"):
+    backbones.backbone_class("nope")

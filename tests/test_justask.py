@@ -359,6 +359,19 @@ def test_tiny_justask_loss_goes_down(stage1):
              for r in rows)
 
 
+def test_zero_shot_refuses_an_untrained_gnn(stage1, tmp_path):
+  """launch/evaluate.py --zero_shot on `:tiny,justask` (the GNN verbalizer) from a first-stage run, which holds no
+  verbalizer: the learned GNN would score untrained, so it is refused, naming JustAsk's :baseline config."""
+  from configs import ovqa_msrvtt
+  from evqa_jax.train import trainer
+  c = ovqa_msrvtt.get_config("tiny,justask")
+  c.data.dir, c.pretrained.init_from = SMALL, stage1["workdir"]
+  with pytest.raises(ValueError, match=r"--zero_shot scores untrained weights, but config.verbalizer.variant = 'E' .*"
+                                       r"JustAsk\+ without a verbalizer: use --config=configs/ovqa_msrvtt.py:"
+                                       r"justask,baseline"):
+    trainer.evaluate_checkpoint(c, str(tmp_path / "refused"), None, ["test"])
+
+
 def test_release_end_to_end(tmp_path, capsys):
   """The release-shaped files (python -m data_prep.fixtures --paper ovqa: Just Ask's s3d.pth and
   ckpt_pt_howtovqa69m.pth, a distilbert-base-uncased folder, the OVQA authors' vocabularies) -> data_prep.ovqa at

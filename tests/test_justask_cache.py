@@ -1,8 +1,8 @@
 """JustAsk+ with a frozen answer encoder (config.model.freeze_answer_encoder): its outputs over the graph nodes (with
 the GNN verbalizer) or the answers (without) are computed once per split from the loaded frozen parameters
-(justask_task.Task.precompute_aux through evqa_jax.train.steps.StepAux) instead of in every step. The cached and
-uncached steps give the same logits, loss and gradients; training and evaluation give the same numbers, also across a
-resume; a trainable encoder is never cached."""
+(evqa_jax/projects/ovqa/backbones/justask.py: JustAsk.precompute_aux, through evqa_jax.train.steps.StepAux) instead of
+in every step. The cached and uncached steps give the same logits, loss and gradients; training and evaluation give
+the same numbers, also across a resume; a trainable encoder is never cached."""
 
 import json
 import os
@@ -174,17 +174,17 @@ def test_training_with_the_cache_matches_without(tmp_path, monkeypatch, capsys):
   uncached and uninterrupted, then cached and stopped after its step-2 checkpoint and resumed. The same loss, grad-norm
   trajectory and test metrics (the resumed run precomputes from its restored frozen weights), and launch/evaluate.py's
   path on the cached run's checkpoint scores the same."""
-  from evqa_jax.projects.ovqa import justask_task
+  from evqa_jax.projects.ovqa.backbones.justask import JustAsk
   from evqa_jax.train import train_and_evaluate, trainer
   from evqa_jax.runs import checkpointing
   loads = []
-  original = justask_task.Task.load_pretrained
+  original = JustAsk.load_pretrained
 
   def load_pretrained(self, params):
     loads.append(1)
     return _perturb_amodel(original(self, params))
 
-  monkeypatch.setattr(justask_task.Task, "load_pretrained", load_pretrained)
+  monkeypatch.setattr(JustAsk, "load_pretrained", load_pretrained)
 
   def rows(workdir):
     return [json.loads(line) for line in open(os.path.join(workdir, "train_history.jsonl"))]

@@ -123,7 +123,7 @@ def test_ovqa_release_folder_converts_with_subtitles(tmp_path):
   from data_prep import fixtures as R
   from data_prep import ovqa as prep
   from evqa_jax import io as evqa_io
-  from evqa_jax.projects.ovqa import input as ovqa_input
+  from evqa_jax.projects.ovqa.backbones import frozenbilm as ovqa_input
   meta = R.ovqa_meta_data(str(tmp_path / "meta_data" / "msrvtt"))
   out = str(tmp_path / "records")
   with pytest.raises(evqa_io.UnsafeInputError, match=r"subtitles.pkl: .*pickled Python objects.*--trust-pickles"):

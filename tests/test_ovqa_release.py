@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from evqa_jax.graphs import answer_graph
-from evqa_jax.projects.ovqa import input as ovqa
+from evqa_jax.projects.ovqa.backbones import frozenbilm as ovqa
 from evqa_jax.projects.ovqa.task import Task as OVQATask
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -400,7 +400,7 @@ def test_paper_configs_require_init_from(tmp_path):
   import subprocess
   import sys
   from configs import ovqa_activitynet, ovqa_msrvtt, ovqa_msvd, ovqa_tgif
-  from evqa_jax.projects.ovqa import task as ovqa_task
+  from evqa_jax.projects.ovqa.backbones.frozenbilm import FrozenBiLM
   for module in (ovqa_msrvtt, ovqa_msvd, ovqa_tgif, ovqa_activitynet):
     config = module.get_config()
     config.data.dir = str(tmp_path / "no_records")  # the start point is checked before any data is looked for
@@ -408,12 +408,12 @@ def test_paper_configs_require_init_from(tmp_path):
                                          r".*--config.pretrained.init_from=none"):
       OVQATask(config)
     config.pretrained.init_from = "none"
-    assert ovqa_task.init_from_path(config) == ""
+    assert FrozenBiLM.init_from_path(config) == ""
     config.pretrained.init_from = "~/m/frozenbilm.pth"
-    assert ovqa_task.init_from_path(config) == "~/m/frozenbilm.pth"
+    assert FrozenBiLM.init_from_path(config) == "~/m/frozenbilm.pth"
     for variant in ("demo", "small", "tiny"):
       config = module.get_config(variant)
-      assert ovqa_task.init_from_path(config) == ""
+      assert FrozenBiLM.init_from_path(config) == ""
   proc = subprocess.run([sys.executable, "launch/train.py", "--config=configs/ovqa_msrvtt.py",
                          f"--workdir={tmp_path / 'run'}"], cwd=REPO, capture_output=True, text=True, timeout=300,
                         env=dict(os.environ, PYTHONPATH=REPO))

@@ -9,7 +9,7 @@ pytest.importorskip("torch")
 
 from data_prep import fixtures as R  # pylint: disable=g-import-not-at-top
 from evqa_jax import spm_tokenizer  # pylint: disable=g-import-not-at-top
-from evqa_jax.projects.ovqa import input as ovqa  # pylint: disable=g-import-not-at-top
+from evqa_jax.projects.ovqa.backbones import frozenbilm as ovqa  # pylint: disable=g-import-not-at-top
 
 QUESTIONS = [q for rows in R.MSRVTT_ROWS.values() for q, _, _ in rows] + [
     "  what is the MAN doing  ", "who's there?", "what does the ﬁrst sign say", "ＷＨＡＴ is it",

@@ -22,8 +22,8 @@ class Project:
 
 
 TASKS = {
-    # FrozenBiLM+ or JustAsk+ (config.model.backbone).
-    "ovqa": Project("evqa_jax.projects.ovqa.task:make_task", world="data_prep.synthetic_ovqa",
+    # One task for every backbone (config.model.backbone: evqa_jax/projects/ovqa/backbones/).
+    "ovqa": Project("evqa_jax.projects.ovqa.task:Task", world="data_prep.synthetic_ovqa",
                     evaluators=("evqa_jax.evaluate.ovqa",)),
     # The task, or its BERT fine-tuning stage.
     "violin": Project("evqa_jax.projects.violin.task:make_task", world="data_prep.synthetic_violin",

@@ -1,4 +1,5 @@
-"""OVQA input: records, prompts, the answer vocabularies and their graphs.
+"""OVQA input: records, the answer vocabularies and their graphs; the question's tokens and the answer encoder's are
+the backbone's (backbones/: `text_inputs`, `answer_tokens`).
 
 Records: see data_prep/ovqa.py (question, answer, video [T, 768], video_mask, subtitles, index). The dataset
 directory also holds vocab.json (train counts, V_train, V_test, the CVQA top-k set) and, for the verbalizer, the
@@ -10,7 +11,6 @@ Training scores the [MASK] feature against V_train; evaluation swaps in V_test (
 score the top-k train answers in both, and train only on the rows whose answer is among them.
 """
 
-import json
 import os
 
 import numpy as np
@@ -26,41 +26,12 @@ def round_up(n: int, multiple: int) -> int:
   return max(multiple, -(-n // multiple) * multiple)
 
 
-def build_prompt(question: str, subtitles: str, mask_token: str) -> str:
-  """`Question: {q}? Answer: [MASK].` + ` Subtitles: {sub}`; `?` added if missing.
-
-  q = question.capitalize().strip() as FrozenBiLM / OVQA write it: first character upper-cased, the rest lower-cased
-  (so a question with leading whitespace keeps a lower-case first letter).
-  """
-  q = question.capitalize().strip()
-  if not q:
-    raise ValueError("empty question")
-  if not q.endswith("?"):
-    q = q + "?"
-  text = f"Question: {q} Answer: {mask_token}."
-  if subtitles:
-    text += f" Subtitles: {subtitles.strip()}"
-  return text
-
-
-def tokenize_answers(tokenizer, answers, max_subwords: int, pad_to: int):
-  """Answer encoder inputs: `[pad_to, max_subwords]` ids and mask (no special tokens, at most 5 sub-words)."""
-  ids = np.zeros((pad_to, max_subwords), np.int32)
-  mask = np.zeros((pad_to, max_subwords), np.bool_)
-  for i, answer in enumerate(answers):
-    toks = tokenizer(answer, add_special_tokens=False)["input_ids"][:max_subwords]
-    if not toks:
-      toks = [tokenizer.unk_token_id]
-    ids[i, :len(toks)] = toks
-    mask[i, :len(toks)] = True
-  return ids, mask
-
-
 class Input:
   """Reads config.data.dir: `source`, `preprocess`, `aux_inputs` (answer vocabulary, graph) for the trainer."""
 
-  def __init__(self, config, head: str):
+  def __init__(self, config, head: str, backbone):
     self.config = config
+    self.backbone = backbone  # backbones.Backbone: the question's and the answers' tokens
     data_dir = os.path.expanduser(config.data.dir)
     self.data_dir = data_dir
     records.require_records(config, "OVQA", "python -m data_prep.ovqa --csv-dir <dataset>/ --features "
@@ -177,22 +148,7 @@ class Input:
     return self._in_vocab[split]
 
   def preprocess(self, example: dict, train: bool) -> dict:
-    dc = self.config.data
-    question = str(example["question"])
-    subtitles = str(example["subtitles"]) if dc.use_subtitles else ""
-    text = build_prompt(question, subtitles, self.mask_token)
-    enc = self.tokenizer(text, max_length=dc.max_tokens, truncation=True, padding="max_length")
-    ids = np.asarray(enc["input_ids"], np.int32)
-    positions = np.nonzero(ids == self.mask_token_id)[0]
-    if len(positions) != 1:
-      raise ValueError(f"record {int(example['index'])} of {self.data_dir}: the prompt holds {len(positions)} "
-                       f"{self.mask_token} tokens after truncation to config.data.max_tokens = {dc.max_tokens}")
-    return {
-        "input_ids": ids,
-        "attention_mask": np.asarray(enc["attention_mask"], np.int32),
-        "mask_index": np.int32(positions[0] + dc.num_frames),
-        **self.video_and_label(example, train),
-    }
+    return {**self.backbone.text_inputs(self, example), **self.video_and_label(example, train)}
 
   def video_and_label(self, example: dict, train: bool) -> dict:
     """The record's video, video_mask, label (its answer's index in the active vocabulary, -1 outside) and index."""
@@ -211,8 +167,8 @@ class Input:
     }
 
   def tokenize_answers(self, answers, pad_to: int):
-    """The answer encoder's inputs: `[pad_to, config.data.answer_max_subwords]` ids and mask."""
-    return tokenize_answers(self.tokenizer, answers, self.config.data.answer_max_subwords, pad_to)
+    """The answer encoder's inputs (the backbone's): `[pad_to, L]` ids and mask."""
+    return self.backbone.answer_tokens(self, answers, pad_to)
 
   def aux_inputs(self, split: str) -> dict:
     key = "train" if split == self.config.data.train_split else "eval"

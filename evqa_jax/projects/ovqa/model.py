@@ -25,14 +25,6 @@ from evqa_jax.models.verbalizer import LEARNED_VARIANTS, canonical_variant
 HEADS = ("open", "cvqa", "cvqa_mlp")
 
 
-def model_class(config):
-  """The model class `Model(**config.model)` builds: FrozenBiLM's (this file) or JustAsk's (justask.py)."""
-  if config.model.backbone == "justask":
-    from evqa_jax.projects.ovqa import justask
-    return justask.Model
-  return Model
-
-
 def mean_subword_embeddings(word_embeddings, token_ids, token_mask):
   """Answer encoder: `[vocab, H]`, `[A, S]` ids, `[A, S]` mask -> `[A, H]` mean over the valid sub-words.
 

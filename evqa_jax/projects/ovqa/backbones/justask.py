@@ -1,5 +1,6 @@
-"""The OVQA task with the JustAsk backbone (`config.model.backbone = "justask"`): JustAsk's inputs, model and weights;
-the loss, predictions, answer vocabularies, graphs and evaluation are the OVQA task's (task.py, input.py).
+"""The JustAsk backbone (`config.model.backbone = "justask"`, the `:justask` variant): JustAsk's inputs, model and
+weights (its model: justask.py); the loss, predictions, answer vocabularies, graphs and evaluation are the OVQA task's
+(task.py, input.py).
 
 Inputs (the authors' data/videoqa_loader.py and util.compute_a2v): the question alone, `[CLS] question [SEP]`
 truncated and padded to config.data.max_tokens (their qmax_words, 20), no prompt; answers (and answer-graph node
@@ -21,73 +22,58 @@ import numpy as np
 from evqa_jax import log
 from evqa_jax import pretrained
 from evqa_jax.models import distilbert, hf_utils
-from evqa_jax.projects.ovqa import input as input_lib
 from evqa_jax.projects.ovqa import justask
-from evqa_jax.projects.ovqa import task as task_lib
+from evqa_jax.projects.ovqa.backbones import Backbone
 from evqa_jax.runs import checkpointing
 
 
-def init_from_path(config) -> str:
-  """`config.pretrained.init_from` -> the JustAsk checkpoint or run directory to start from, or "" ("none")."""
-  value = str(config.pretrained.init_from or "").strip()
-  if value.lower() == "none":
-    return ""
-  if not value and config.pretrained.init_from_required:
-    raise ValueError(
-        f"config.pretrained.init_from is empty, but configs/ovqa_{config.dataset}.py:justask (the paper's settings) "
-        "fine-tunes Just Ask's pretrained checkpoint: pass --config.pretrained.init_from=PATH/ckpt_pt_howtovqa69m.pth "
-        "(or the workdir of a first-stage run), or --config.pretrained.init_from=none to start from plain DistilBERT")
-  return value
+class JustAsk(Backbone):
+  """JustAsk (head "cvqa": its top-k vocabulary) and JustAsk+ (head "open", optionally with the GNN verbalizer)."""
+  title = "JustAsk"
+  variant = "justask"
+  heads = justask.HEADS
+  model_class = justask.Model
 
+  @staticmethod
+  def init_from_missing(config) -> str:
+    return (f"config.pretrained.init_from is empty, but configs/ovqa_{config.dataset}.py:justask (the paper's "
+            "settings) fine-tunes Just Ask's pretrained checkpoint: pass --config.pretrained.init_from=PATH/"
+            "ckpt_pt_howtovqa69m.pth (or the workdir of a first-stage run), or --config.pretrained.init_from=none to "
+            "start from plain DistilBERT")
 
-class Input(input_lib.Input):
-  """OVQA records as JustAsk reads them: the bare question and `[CLS] answer [SEP]` answers."""
-
-  def preprocess(self, example: dict, train: bool) -> dict:
+  def text_inputs(self, inp, example: dict) -> dict:
+    """`[CLS] question [SEP]` ids and mask: the bare question, no prompt."""
     question = str(example["question"])
     if not question.strip():
-      raise ValueError(f"record {int(example['index'])} of {self.data_dir}: empty question")
-    enc = self.tokenizer(question, max_length=self.config.data.max_tokens, truncation=True, padding="max_length")
+      raise ValueError(f"record {int(example['index'])} of {inp.data_dir}: empty question")
+    enc = inp.tokenizer(question, max_length=self.config.data.max_tokens, truncation=True, padding="max_length")
     return {"question_ids": np.asarray(enc["input_ids"], np.int32),
-            "question_mask": np.asarray(enc["attention_mask"], np.int32),
-            **self.video_and_label(example, train)}
+            "question_mask": np.asarray(enc["attention_mask"], np.int32)}
 
-  def tokenize_answers(self, answers, pad_to: int):
+  def answer_tokens(self, inp, answers, pad_to: int):
     """`[pad_to, L]` ids and mask of `[CLS] answer [SEP]`, L the longest over both vocabularies and graphs (at most
     config.data.answer_max_subwords): the authors pad their vocabulary to its longest answer likewise, and every
     padded slot costs the answer encoder as much as a word."""
-    n = self.answer_len()
+    n = self.answer_len(inp)
     ids = np.zeros((pad_to, n), np.int32)
     mask = np.zeros((pad_to, n), np.bool_)
     if len(answers):
-      enc = self.tokenizer(list(answers), max_length=n, truncation=True, padding="max_length")
+      enc = inp.tokenizer(list(answers), max_length=n, truncation=True, padding="max_length")
       ids[:len(answers)] = enc["input_ids"]
       mask[:len(answers)] = np.asarray(enc["attention_mask"], bool)
     return ids, mask
 
-  def answer_len(self) -> int:
+  def answer_len(self, inp) -> int:
     if getattr(self, "_answer_len", None) is None:
-      words = list(self.answers_train) + list(self.answers_eval)
-      for graph in self.graphs.values():
+      words = list(inp.answers_train) + list(inp.answers_eval)
+      for graph in inp.graphs.values():
         words += list(graph.node_words or ())
-      enc = self.tokenizer(words, max_length=self.config.data.answer_max_subwords, truncation=True)
+      enc = inp.tokenizer(words, max_length=self.config.data.answer_max_subwords, truncation=True)
       self._answer_len = max(len(x) for x in enc["input_ids"])  # pylint: disable=attribute-defined-outside-init
     return self._answer_len
 
-
-class Task(task_lib.Task):
-  """JustAsk (head "cvqa": its top-k vocabulary) and JustAsk+ (head "open", optionally with the GNN verbalizer)."""
-
-  def __init__(self, config):  # pylint: disable=super-init-not-called
-    task_lib.base.Task.__init__(self, config)
-    self.init_from = init_from_path(config)
-    self.build()
-
-  def build(self):
+  def build_model(self, inp):
     config = self.config
-    if config.model.head not in justask.HEADS:
-      raise ValueError(f"config.model.head = {config.model.head!r}: JustAsk's heads are {justask.HEADS}")
-    self.input = Input(config, head=config.model.head)
     self.pretrained_dir = pretrained.checkpoint_dir(config.pretrained)
     pc = config.pretrained
     if pc.shape:
@@ -97,18 +83,19 @@ class Task(task_lib.Task):
     else:
       raise FileNotFoundError(f"config.pretrained.dir = {pc.dir!r} has no config.json: download distilbert-base-"
                               "uncased to a local directory, or give the architecture in config.pretrained.shape")
-    if len(self.input.tokenizer) > text_config.vocab_size:
-      raise ValueError(f"the tokenizer has {len(self.input.tokenizer)} ids but the text encoder's vocabulary is "
+    if len(inp.tokenizer) > text_config.vocab_size:
+      raise ValueError(f"the tokenizer has {len(inp.tokenizer)} ids but the text encoder's vocabulary is "
                        f"{text_config.vocab_size} (config.pretrained.tokenizer / dir / shape)")
     self.model = justask.Model(
-        **config.model, text_config=text_config, feature_dim=self.input.visual_dim,
+        **config.model, text_config=text_config, feature_dim=inp.visual_dim,
         num_frames=config.data.num_frames, question_len=config.data.max_tokens,
-        verbalizer=dict(config.verbalizer) if self.input.use_graph else None,
-        verbalizer_call=self.input.verbalizer_call())
-    tok = self.input.tokenizer
+        verbalizer=dict(config.verbalizer) if inp.use_graph else None,
+        verbalizer_call=inp.verbalizer_call())
+    self.tokenizer = tok = inp.tokenizer
     self.special_ids = np.asarray(sorted(set(tok.all_special_ids) | {tok.pad_token_id}), np.int32)
+    return self.model
 
-  def _dummy_batch(self):
+  def dummy_batch(self):
     dc = self.config.data
     return {"question_ids": jnp.zeros((1, dc.max_tokens), jnp.int32),
             "question_mask": jnp.ones((1, dc.max_tokens), jnp.int32),
@@ -117,6 +104,7 @@ class Task(task_lib.Task):
 
   def load_pretrained(self, params: dict) -> dict:
     params = dict(params)
+    self.verbalizer_from_checkpoint = False
     if pretrained.has_checkpoint(self.pretrained_dir):
       config = self.model.tower_config
       for path in (("bert",), ("amodel", "bert")):
@@ -146,6 +134,7 @@ class Task(task_lib.Task):
       raise ValueError(f"config.pretrained.init_from = {workdir}: its checkpoint holds no JustAsk answer encoder "
                        "(not a run of a :justask config?)")
     ours.update({k: np.asarray(theirs[k]) for k in taken})
+    self.verbalizer_from_checkpoint = any(k.startswith("verbalizer/") for k in taken)  # a second stage's run
     log.info(f"Initialised from step {step} of {workdir}: {len(taken)} of {len(ours)} parameters "
              f"({', '.join(sorted({k.split('/')[0] for k in set(ours) - set(taken)})) or 'none'} from init)")
     return hf_utils.unflatten_params(ours)
@@ -171,27 +160,26 @@ class Task(task_lib.Task):
       return aux
     return self.model.apply({"params": frozen_params}, aux, method=self.model.encode_vocab)
 
-  def loss(self, params, batch, aux, rng, train: bool = True):
-    """The VideoQA cross-entropy (task.py) plus, in training with mlm_prob > 0, the authors' masked-LM loss on the
-    question (mask_tokens with their 80/10/10 rule; special and padding tokens never masked)."""
-    loss, metrics = super().loss(params, batch, aux, rng, train)
-    if not (train and self.model.mlm_prob):
+  def train_loss(self, params, batch, rng, loss, metrics):
+    """The VideoQA cross-entropy (task.py) plus, with mlm_prob > 0, the authors' masked-LM loss on the question
+    (mask_tokens with their 80/10/10 rule; special and padding tokens never masked)."""
+    if not self.model.mlm_prob:
       return loss, metrics
     mask_rng, drop_rng = jax.random.split(jax.random.fold_in(rng, 1))
     ids = batch["question_ids"]
     special = jnp.isin(ids, jnp.asarray(self.special_ids))
-    tok = self.input.tokenizer
+    tok = self.tokenizer
     ids, labels = justask.mask_tokens(mask_rng, ids, special, int(tok.mask_token_id), len(tok), self.model.mlm_prob)
     logits = self.model.apply({"params": params}, batch, ids, deterministic=False, rngs={"dropout": drop_rng},
                               method=self.model.mlm_logits)
     mlm = justask.mlm_loss(logits, labels)
     return loss + mlm, dict(metrics, mlm_loss=mlm, vqa_loss=loss)
 
-  def describe(self) -> str:
-    vc, k, mc = self.config.verbalizer, len(self.input.answers_train), self.config.model
+  def describe(self, inp) -> str:
+    vc, k, mc = self.config.verbalizer, len(inp.answers_train), self.config.model
     kind = (f"JustAsk (CVQA, top-{k} answers)" if mc.head == "cvqa" else
-            f"JustAsk+ with verbalizer {vc.variant} eps={vc.eps}" if self.input.use_graph else "JustAsk+")
-    frozen = (f"; answer encoder frozen, its {'graph-node' if self.input.use_graph else 'answer'} outputs computed "
+            f"JustAsk+ with verbalizer {vc.variant} eps={vc.eps}" if inp.use_graph else "JustAsk+")
+    frozen = (f"; answer encoder frozen, its {'graph-node' if inp.use_graph else 'answer'} outputs computed "
               "once per split" if self.precomputes_aux else "; answer encoder frozen" if mc.freeze_answer_encoder
               else "")
     return (f"OVQA {kind} (multi-modal transformer {mc.n_layers}x{mc.d_model}, text towers "
