@@ -50,7 +50,8 @@ NUM_OPTIONS = 4
 _BOUNDARY_DIFF = 40  # per-channel difference that marks a drawn boundary pixel (codec noise stays far below)
 
 
-from data_prep.st_evidence import ConversionError as ReleaseError  # reason = the converter's --skip-bad key
+from data_prep import st_evidence_common
+from data_prep.st_evidence_common import ConversionError as ReleaseError  # reason = the converter's --skip-bad key
 
 
 # ---------------------------------------------------------------------------------- ST-Evidence-Instruct frames
@@ -59,13 +60,12 @@ class InstructFrames:
   """Frames of ST-Evidence-Instruct's gen_mask part: `video_frames_6fps/<video>/frame_%04d.jpg`, <video> the CSV's
   video_path without its extension (the authors' STEvidenceGenMaskDataset: os.path.splitext(video_path)[0]).
 
-  The converter's frame source (st_evidence._VideoCache's interface) plus `video_key(row, video_id, where)`.
+  The converter's frame source (st_evidence_common.FrameFolders' interface) plus `video_key(row, video_id, where)`.
   """
 
   def __init__(self, frames_root: str):
-    from data_prep import st_evidence
     self.frames_root = frames_root
-    self._cache = st_evidence._VideoCache(frames_root)  # pylint: disable=protected-access
+    self._cache = st_evidence_common.FrameFolders(frames_root)
 
   def video_key(self, row: dict, video_id: str, where: str) -> str:
     del video_id
@@ -119,8 +119,7 @@ class VicasVideos:
       except ValueError as e:
         raise ReleaseError("bad_frame", str(e)) from None
       files[i] = os.path.join(self.root, "video_frames", vid, name)
-    from data_prep import st_evidence
-    first = st_evidence.read_image(files[0], "RGB", where)
+    first = st_evidence_common.read_image(files[0], "RGB", where)
     self.key, self.files, self.size, self.anno, self.decoded = video_id, files, first.shape[:2], (path, segs), {0: first}
 
   def get(self, video_id: str, where: str):
@@ -128,9 +127,8 @@ class VicasVideos:
     return self.files, self.size
 
   def frame(self, index: int, where: str) -> np.ndarray:
-    from data_prep import st_evidence
     if index not in self.decoded:
-      img = st_evidence.read_image(self.files[index], "RGB", where)
+      img = st_evidence_common.read_image(self.files[index], "RGB", where)
       if img.shape[:2] != tuple(self.size):
         raise ReleaseError("bad_frame", f"{where}: frame {self.files[index]} is {img.shape[1]}x{img.shape[0]}, "
                            f"frame 0 is {self.size[1]}x{self.size[0]}")
@@ -139,7 +137,6 @@ class VicasVideos:
 
   def evidence_masks(self, row: dict, num_frames: int, height: int, width: int, where: str) -> dict:
     """{frame index: merged 0/1 mask [H, W]} of the row's mask_evidence tracks (frames where one is present)."""
-    from data_prep import st_evidence
     try:
       tracks = ast.literal_eval(str(row.get("mask_evidence", "")).strip())
     except (ValueError, SyntaxError, MemoryError, RecursionError):
@@ -157,7 +154,7 @@ class VicasVideos:
                            "lists of one length")
       for t in tracks:
         if t in ids:
-          m = st_evidence.decode_rle(rles[ids.index(t)], height, width, f"{where}: {path}: segmentations[{i}] "
+          m = st_evidence_common.decode_rle(rles[ids.index(t)], height, width, f"{where}: {path}: segmentations[{i}] "
                                      f"track {t}")
           out[i] = np.maximum(out.get(i, 0), m).astype(np.uint8)
     if not out:
@@ -202,7 +199,7 @@ def decode_mp4(path: str, fps: float = FPS) -> np.ndarray:
 
 
 class Mp4Videos:
-  """The converter's frame source (the interface of st_evidence._VideoCache) over a folder of mp4 files.
+  """The converter's frame source (the interface of st_evidence_common.FrameFolders) over a folder of mp4 files.
 
   get(video_id, where) -> ({frame index: frame index}, (height, width)); frame(index, where) -> uint8 [H, W, 3].
   The most recent video stays decoded (rows of one video are usually adjacent in the CSV).

@@ -103,6 +103,7 @@ from evqa_jax import io as evqa_io
 from evqa_jax import settings
 from evqa_jax.data import records
 from data_prep import common
+from data_prep.st_evidence_common import ConversionError, FrameFolders, decode_rle, numbered_images
 from evqa_jax.data.example import Feature
 from evqa_jax.evaluate import st_evidence as st_eval
 
@@ -110,18 +111,9 @@ FPS = 6.0
 NUM_FRAMES = 32
 FRAME_SIZE = (224, 224)
 CSV_COLUMNS = ("entry_id", "video_id", "video_path", "question", "candidates", "answer", "segment")
-IMAGE_EXTS = (".png", ".jpg", ".jpeg")
 NUM_MCQ_OPTIONS = 4
 GT_MASKS_DIR = "gt_masks"
 MCQ_MASKS_DIR = "mcq_masks"
-
-
-class ConversionError(ValueError):
-  """Bad input; `reason` is the short key under which --skip-bad counts it."""
-
-  def __init__(self, reason: str, message: str):
-    self.reason = reason
-    super().__init__(message)
 
 
 def record_spec(num_frames: int, height: int, width: int) -> dict[str, Feature]:
@@ -222,14 +214,6 @@ def read_csv(path: str) -> tuple[list[str], list[dict]]:
 
 # ------------------------------------------------------------------------------------------------ images
 
-def read_image(path: str, mode: str, where: str) -> np.ndarray:
-  """`evqa_io.read_image` (decompression bombs refused); any failure is this item's ConversionError."""
-  try:
-    return evqa_io.read_image(path, mode)
-  except (OSError, ValueError) as e:
-    raise ConversionError("unreadable_image", f"{where}: {e}") from e
-
-
 def read_mask_png(path: str, where: str) -> np.ndarray:
   """uint8 0/1 [H, W] by the evaluator's and the official rule (`evqa_io.read_mask`: convert('L') > 0)."""
   try:
@@ -278,41 +262,6 @@ def rasterize_polygon(exterior: Sequence, holes: Sequence, height: int, width: i
   return np.asarray(img, np.uint8)
 
 
-def decode_rle(rle: dict, height: int, width: int, where: str) -> np.ndarray:
-  """COCO RLE (column-major runs starting with zeros; counts a list or the compressed string) -> [H, W] uint8."""
-  size, counts = rle.get("size"), rle.get("counts")
-  if not isinstance(size, (list, tuple)) or list(size) != [height, width]:
-    raise ConversionError("bad_mask", f"{where}: RLE size {size!r} differs from the frame size [{height}, {width}]")
-  if isinstance(counts, str):
-    runs, p = [], 0
-    while p < len(counts):
-      x, k, more = 0, 0, True
-      while more:
-        c = ord(counts[p]) - 48
-        x |= (c & 0x1F) << (5 * k)
-        more = bool(c & 0x20)
-        p += 1
-        k += 1
-        if not more and (c & 0x10):
-          x |= -1 << (5 * k)
-      if len(runs) > 2:
-        x += runs[-2]
-      runs.append(x)
-  elif isinstance(counts, list) and all(isinstance(c, int) for c in counts):
-    runs = counts
-  else:
-    raise ConversionError("bad_mask", f"{where}: RLE counts must be a list of ints or a string")
-  if any(r < 0 for r in runs) or sum(runs) != height * width:
-    raise ConversionError("bad_mask", f"{where}: RLE runs sum to {sum(runs)}, expected {height * width}")
-  flat = np.zeros(height * width, np.uint8)
-  pos = 0
-  for i, r in enumerate(runs):
-    if i % 2:
-      flat[pos:pos + r] = 1
-    pos += r
-  return flat.reshape(width, height).T.copy()
-
-
 def masks_from_instruct(path: str, entry_id: str, num_video_frames: int, height: int, width: int) -> dict[int, np.ndarray]:
   """{frame index at 6 fps: merged 0/1 mask [H, W]} from an ST-Evidence-Instruct JSON."""
   where = f"{path}: entry {entry_id!r}"
@@ -357,18 +306,6 @@ def masks_from_instruct(path: str, entry_id: str, num_video_frames: int, height:
   return merged
 
 
-def _numbered_images(directory: str, exts=IMAGE_EXTS) -> dict[int, str]:
-  """{frame number: path} of `<number>.<ext>` files (and ST-Evidence-Instruct's `frame_<number>.jpg`)."""
-  out = {}
-  for name in os.listdir(directory):
-    stem, ext = os.path.splitext(name)
-    if stem.startswith("frame_"):
-      stem = stem[len("frame_"):]
-    if ext.lower() in exts and stem.isdigit():
-      out[int(stem)] = os.path.join(directory, name)
-  return out
-
-
 def masks_from_pngs(directory: str, entry_id: str, num_video_frames: int, height: int,
                     width: int) -> tuple[dict[int, np.ndarray], int]:
   """({frame index at 6 fps: 0/1 mask [H, W]}, zero-padding of the PNG names) of one entry's mask folder.
@@ -398,44 +335,6 @@ def sample_indices(num_video_frames: int, num_frames: int) -> np.ndarray:
   if num_video_frames <= num_frames:
     return np.arange(num_video_frames)
   return np.round(np.linspace(0, num_video_frames - 1, num_frames)).astype(np.int64)
-
-
-class _VideoCache:
-  """Frames of the most recent video (rows of one video are usually adjacent in the CSV)."""
-
-  def __init__(self, frames_dir: str):
-    self.frames_dir = frames_dir
-    self.key = None
-    self.value = None
-    self.decoded: dict[int, np.ndarray] = {}
-
-  def get(self, video_id: str, where: str) -> tuple[dict[int, str], tuple[int, int]]:
-    if self.key == video_id:
-      return self.value
-    d = os.path.join(self.frames_dir, video_id)
-    if not os.path.isdir(d):
-      raise ConversionError("missing_frames", f"{where}: field 'video_id': no frame folder {d}")
-    files = _numbered_images(d)
-    if not files:
-      raise ConversionError("missing_frames", f"{where}: frame folder {d} has no numbered PNG/JPG files")
-    n = len(files)
-    if sorted(files) != list(range(n)):
-      gaps = sorted(set(range(max(files) + 1)) - set(files))[:5]
-      raise ConversionError("missing_frames", f"{where}: frame folder {d} is missing frames {gaps} (frames must be 0..N-1)")
-    first = read_image(files[0], "RGB", where)
-    self.key, self.value, self.decoded = video_id, (files, first.shape[:2]), {0: first}
-    return self.value
-
-  def frame(self, index: int, where: str) -> np.ndarray:
-    """Decoded frame `index` of the cached video (each frame is decoded once per video)."""
-    if index not in self.decoded:
-      files, (h0, w0) = self.value
-      img = read_image(files[index], "RGB", where)
-      if img.shape[:2] != (h0, w0):
-        raise ConversionError("bad_frame", f"{where}: frame {files[index]} is {img.shape[1]}x{img.shape[0]}, "
-                              f"frame 0 is {w0}x{h0}")
-      self.decoded[index] = img
-    return self.decoded[index]
 
 
 # ----------------------------------------------------------------------------------------------------- MCQ
@@ -490,7 +389,7 @@ def parse_mcq_entry(entry: Any, mcq_path: str, entry_id: str, candidates: list[s
   d = os.path.join(os.path.dirname(os.path.abspath(mcq_path)), rel)
   if not os.path.isdir(d):
     raise ConversionError("bad_mcq", f"{where}: field 'spatial.options_dir': no folder {d}")
-  files = [p for _, p in sorted(_numbered_images(d, (".png",)).items())]
+  files = [p for _, p in sorted(numbered_images(d, (".png",)).items())]
   if len(files) != NUM_MCQ_OPTIONS:
     raise ConversionError("bad_mcq", f"{where}: {d} holds {len(files)} numbered mask PNGs, expected {NUM_MCQ_OPTIONS}")
   masks = []
@@ -555,7 +454,7 @@ def _convert(csv_path, frames_dir, out, split, masks_dir, instruct_dir, mcq_path
     from data_prep import evqa_release
     cache = evqa_release.Mp4Videos(videos_dir)
   else:
-    cache = _VideoCache(frames_dir)
+    cache = FrameFolders(frames_dir)
   if mcq_release is not None:
     if mcq_path is not None:
       raise ValueError("give --mcq or --mcq-release, not both")
