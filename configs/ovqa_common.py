@@ -20,7 +20,7 @@ DEFAULT_BACKBONE = next(iter(BACKBONES))
 # Variants of every backbone.
 SHARED_VARIANTS = {"demo", "cvqa", "baseline", "paper", "released", "authors_eps", "bf16", "small", "tiny", "scale",
                    "shapes_only", "nbrworld"}
-VARIANTS = (SHARED_VARIANTS | set(BACKBONES) - {DEFAULT_BACKBONE}
+VARIANTS = (SHARED_VARIANTS | (set(BACKBONES) - {DEFAULT_BACKBONE})
             | set().union(*(m.OWN_VARIANTS for m in BACKBONES.values())))
 # The built-in synthetic worlds (data_prep/synthetic_ovqa.py PRESETS) -> the records folder each is generated in.
 SYNTHETIC_WORLDS = {"default": "data/synthetic_ovqa/records", "small": "data/synthetic_ovqa_small/records",
@@ -28,7 +28,7 @@ SYNTHETIC_WORLDS = {"default": "data/synthetic_ovqa/records", "small": "data/syn
 # tiny: a random 2-layer, 32-wide BERT as the text encoder(s) (MiniLM's tokenizer, no weights).
 TINY_BERT = dict(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
                  max_position_embeddings=64)
-DEBERTA_V2_XLARGE = ovqa_frozenbilm_common.DEBERTA_V2_XLARGE  # (benchmarks)
+DEBERTA_V2_XLARGE = ovqa_frozenbilm_common.DEBERTA_V2_XLARGE  # benchmarks/train_throughput.py reads it here
 
 
 def backbone_of(variants: set, config_file: str) -> str:
@@ -40,9 +40,9 @@ def backbone_of(variants: set, config_file: str) -> str:
   name = picked[0] if picked else DEFAULT_BACKBONE
   module = BACKBONES[name]
   for other in BACKBONES.values():
-    foreign = sorted(variants & other.OWN_VARIANTS - module.OWN_VARIANTS)
+    foreign = sorted(variants & (other.OWN_VARIANTS - module.OWN_VARIANTS))
     if foreign:
-      allowed = sorted(SHARED_VARIANTS | module.OWN_VARIANTS | {name} - {DEFAULT_BACKBONE})
+      allowed = sorted(SHARED_VARIANTS | module.OWN_VARIANTS | ({name} - {DEFAULT_BACKBONE}))
       raise ValueError(f"{config_file}: variant {foreign[0]!r} is {other.TITLE}'s; it has no {module.TITLE} "
                        f"counterpart and does not combine with {name!r} (variants with {name}: {', '.join(allowed)})")
   return name
