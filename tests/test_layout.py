@@ -85,14 +85,6 @@ FLOORS = (
     ("launch",),
 )
 GRAPH_ROOTS = ("evqa_jax", "configs", "launch", "data_prep")
-# Import circles another change (the OVQA backbone table) removes; tolerated only while they are still there.
-KNOWN_CIRCLES = (
-    {"configs.ovqa_common", "configs.ovqa_justask_common"},
-    {"evqa_jax.projects.ovqa.task", "evqa_jax.projects.ovqa.justask_task"},
-    {"data_prep.evqa_release", "data_prep.st_evidence"},
-)
-
-
 def _module_files():
   out = {}
   for top in GRAPH_ROOTS:
@@ -184,13 +176,7 @@ def test_import_graph_of_a_toy_tree(tmp_path, monkeypatch):
 
 
 def test_import_graph_has_no_circle():
-  import pytest
-  found = circles(import_graph())
-  known = [c for c in found if c in KNOWN_CIRCLES]
-  assert [c for c in found if c not in KNOWN_CIRCLES] == []
-  if known:
-    pytest.xfail(f"{len(known)} known import circle(s), removed by the OVQA backbone-table change: "
-                 + "; ".join(" <-> ".join(sorted(c)) for c in known))
+  assert circles(import_graph()) == []
 
 
 def test_data_and_projects_never_import_the_trainer():
