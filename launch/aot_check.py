@@ -23,7 +23,7 @@ flags.DEFINE_string("mesh", None, "Mesh shape, e.g. 4x2 (data x model); default:
 flags.DEFINE_string("topology", None, "Target TPU topology, e.g. v5e:2x4 (compiles for devices not present).")
 flags.DEFINE_integer("fake_cpu_devices", None, "Simulate this many CPU devices (sets XLA_FLAGS before JAX starts).")
 flags.DEFINE_integer("deberta_max_gathered_run", None,
-                     "Diagnostic: evqa_jax.models.deberta_v2.MAX_GATHERED_RUN for this compile (0: the relative "
+                     "Diagnostic: evqa_jax.models.relative_gather.MAX_GATHERED_RUN for this compile (0: the relative "
                      "gather's backward as the segmented scan it used before the per-position gathers).")
 flags.DEFINE_bool("model_flops", False,
                   "Also compile the step without remat to report its FLOPs as model_flops (rows with remat: the "
@@ -59,8 +59,8 @@ def main(argv):
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
   from evqa_jax.train import aot
   if FLAGS.deberta_max_gathered_run is not None:
-    from evqa_jax.models import deberta_v2
-    deberta_v2.MAX_GATHERED_RUN = FLAGS.deberta_max_gathered_run  # read when the backward is traced
+    from evqa_jax.models import relative_gather
+    relative_gather.MAX_GATHERED_RUN = FLAGS.deberta_max_gathered_run  # read when the backward is traced
   mesh = parse_mesh(FLAGS.mesh) if FLAGS.mesh else None
   report = aot.compile_train_step(FLAGS.config, mesh_shape=mesh, topology=FLAGS.topology)
   if FLAGS.model_flops and "model_flops" not in report:

@@ -10,7 +10,7 @@ token-pair array to HBM:
 
 Kr / Qr are the projected relative rows gathered along the Toeplitz diagonal of the relative-position index
 (`Kr[m] = pos_key[diag[2S - 2 - m]]`, `Qr[m] = pos_query[diag[m]]`, 2S - 1 rows zero-padded to W = 2S: a
-weight-sized gather outside the kernel, with the scatter-free backward of `deberta_v2._gather_along_last`), so
+weight-sized gather outside the kernel, with the scatter-free backward of `relative_gather.gather_along_last`), so
 c2p(i, j) = E[i, j + S - 1 - i] with E = q Kr^T: the skew is `pltpu.roll` with a per-row stride (row i rolled by
 i - (S - 1)) and its backward the inverse roll (stride W - 1, i.e. -1 modulo W). Same values as the XLA paths
 (`relative_gather = "scores" | "rows"`) up to the summation order of the matmuls (scores accumulate in float32
@@ -45,6 +45,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
+
+from evqa_jax.models.relative_gather import gather_along_last
 
 SEQ_ALIGN = 128
 _F32 = jnp.float32
@@ -348,7 +350,7 @@ def padded_length(seq: int) -> int:
 
 def padded_diagonal(diag: Tuple[int, ...], padded: int) -> Tuple[int, ...]:
   """The Toeplitz diagonal of length 2 S - 1 extended to 2 P - 1 by its end values (offsets only padded positions
-  reach; equal values stay contiguous, as `_gather_along_last`'s backward needs)."""
+  reach; equal values stay contiguous, as `gather_along_last`'s backward needs)."""
   extra = padded - (len(diag) + 1) // 2
   return (diag[0],) * extra + tuple(diag) + (diag[-1],) * extra
 
@@ -359,7 +361,6 @@ def disentangled_attention(q, k, v, pos_key, pos_query, diag: Tuple[int, ...], m
   term); diag the static Toeplitz diagonal (2 S - 1 rows of pos_*); mask [b, S, S] bool (an outer product
   valid_q x valid_k); dropout_key: the attention dropout's key (None: no dropout; the keep mask is
   `jax.random.bernoulli(dropout_key, keep_prob, [b, heads, S, S])`, as nn.Dropout draws it). -> [b, S, heads, d]."""
-  from evqa_jax.models.deberta_v2 import _gather_along_last  # pylint: disable=import-outside-toplevel
   batch, seq, heads, dim = q.shape
   length = padded_length(seq)
   pad = length - seq
@@ -367,7 +368,7 @@ def disentangled_attention(q, k, v, pos_key, pos_query, diag: Tuple[int, ...], m
   width = 2 * length
 
   def rows(rel, d):  # [R, n, d] -> [n, W, d]: rel[d[m]] and a zero row
-    g = _gather_along_last(jnp.moveaxis(rel, 0, -1), d, rel.shape[0])  # [n, d, 2P - 1]
+    g = gather_along_last(jnp.moveaxis(rel, 0, -1), d, rel.shape[0])  # [n, d, 2P - 1]
     return jnp.pad(jnp.swapaxes(g, -1, -2), ((0, 0), (0, width - g.shape[-1]), (0, 0)))
 
   def tokens(x):
