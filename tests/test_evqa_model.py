@@ -118,6 +118,24 @@ _evidence_readout = jax.jit(evidence_heads.evidence_readout)
 _frame_descriptors = jax.jit(evidence_heads.frame_descriptors, static_argnums=2)
 
 
+def _exact_geometry(grid_logits, window=0, radius=0.0):
+  """float64 reference of `mask_geometry` on saturated logits: the exact sigmoid (sigmoid(+-30) is 1 - 9e-14 and
+  9e-14, not 1 and 0), the centroid's denominator mass + 1e-4, and the silhouette sampled by scipy's bilinear
+  map_coordinates (grid-constant: interpolating towards 0 outside the grid), so the comparisons can be tight."""
+  from scipy import ndimage
+  b, t, gh, gw = grid_logits.shape
+  m = 1.0 / (1.0 + np.exp(-grid_logits.astype(np.float64)))
+  conf = m * (m > 0.5)
+  mass = conf.sum((2, 3))
+  ys, xs = np.mgrid[:gh, :gw]
+  c = np.stack([(conf * xs / gw).sum((2, 3)), (conf * ys / gh).sum((2, 3))], -1) / (mass[..., None] + 1e-4)
+  off = np.linspace(-radius, radius, window)
+  sil = np.asarray([[ndimage.map_coordinates(m[i, k], np.meshgrid(c[i, k, 1] * gh + off, c[i, k, 0] * gw + off,
+                                                                   indexing="ij"), order=1, mode="grid-constant")
+                     .ravel() for k in range(t)] for i in range(b)])
+  return m.reshape(b, t, gh * gw), mass, c, sil
+
+
 def _seg_inputs(b=8, t=3, p=16, d=8, h=12, seed=0):
   rs = np.random.RandomState(seed)
   return (jnp.asarray(rs.randn(b, t, p, d), jnp.float32), jnp.asarray(rs.randn(b, h), jnp.float32),
@@ -188,10 +206,21 @@ def test_evidence_readout_recovers_motion():
   geometry = _mask_geometry(jnp.asarray(grid_logits), (gh, gw))
   out = _evidence_readout(jnp.asarray(feats), geometry, jnp.full((b, t), 30.0), jnp.ones((b, t)))
   out = np.asarray(out)[0]
-  np.testing.assert_allclose(out[:3], [1.0, 0.0, 0.0], atol=1e-3)
-  np.testing.assert_allclose(out[3:5], [30.0 * 0.25, 0.0], atol=0.03)  # x: 1/4 of the frame per frame
-  np.testing.assert_allclose(out[5:7], [1.5 / 4, 1 / 4], atol=1e-3)  # mean centroid (x, y)
-  np.testing.assert_allclose(out[7], 1 / 16, atol=1e-3)  # area: one cell of 16
+  # The documented readout in float64 on the exact geometry, with its 1e-4 / 1e-2 denominators (weights all ~1).
+  m, mass, c, _ = _exact_geometry(grid_logits)
+  w = 1.0 / (1.0 + np.exp(-30.0))
+  fw, tau = w * np.minimum(mass[0], 1.0), np.arange(t)
+  fw_sum = fw.sum() + 1e-4
+  tau_mean, c_mean = fw @ tau / fw_sum, fw @ c[0] / fw_sum
+  velocity = ((tau - tau_mean) * fw) @ (c[0] - c_mean) / (((tau - tau_mean) ** 2 * fw).sum() + 1e-2)
+  exact = np.concatenate([[w * m.sum() / (w * m.sum() + 1e-4), 0, 0], 30 * velocity, c_mean,
+                          [fw @ mass[0] / fw_sum / (gh * gw)]])
+  # The hand-computed meaning: x moves 1/4 of the frame per frame, mean centroid (1.5/4, 1/4), area one cell of 16.
+  hand = np.asarray([1, 0, 0, 30 * 0.25, 0, 1.5 / 4, 1 / 4, 1 / 16])
+  np.testing.assert_allclose(exact, hand, atol=0.02)
+  np.testing.assert_allclose(out, exact, atol=2e-6)  # measured 4.5e-7 (values up to 7.5); bound 2e-6
+  # Without the centroid's 1e-4 (the hand values) the mean centroid is 4.7e-5 off: the old 1e-3 could not see it.
+  assert np.abs(out[5:7] - hand[5:7]).max() > 10 * 2e-6
 
 
 def test_evidence_readout_silhouette_is_the_mask_around_its_centroid():
@@ -207,12 +236,21 @@ def test_evidence_readout_silhouette_is_the_mask_around_its_centroid():
   out = _evidence_readout(jnp.asarray(feats), geometry, jnp.full((b, t), 30.0), jnp.ones((b, t)))
   out = np.asarray(out)[0]
   assert out.shape == (evidence_heads.readout_dim(2, 3),) == (2 + 5 + 9,)
-  np.testing.assert_allclose(out[7:].reshape(3, 3), [[0, 1, 0], [1, 1, 1], [0, 1, 0]], atol=1e-3)
+  _, mass, _, sil = _exact_geometry(grid_logits, 3, 1.0)
+  fw = np.minimum(mass[0], 1.0) / (1.0 + np.exp(-30.0))  # frame weights, each ~1, summed with + 1e-4
+  exact = fw @ sil[0] / (fw.sum() + 1e-4)
+  np.testing.assert_allclose(exact.reshape(3, 3), [[0, 1, 0], [1, 1, 1], [0, 1, 0]], atol=1e-3)  # the hand case
+  np.testing.assert_allclose(out[7:], exact, atol=1e-6)  # measured 1.8e-7; bound 1e-6 (silhouette values 0-1)
+  # The centroid's own 1e-4 (a 1e-4 cell shift of the lattice) moves it 1.8e-4 from the hand values: the old 1e-3
+  # could not see it.
+  assert np.abs(out[7:] - [0, 1, 0, 1, 1, 1, 0, 1, 0]).max() > 10 * 1e-6
   # Half-cell lattice: bilinear samples between cells; a corner sample averages 3 mask cells and 1 background cell.
   geometry = _mask_geometry(jnp.asarray(grid_logits[:, :1]), (gh, gw), shape_window=3, shape_radius=0.5)
   out = np.asarray(_evidence_readout(jnp.asarray(feats[:, :1]), geometry, jnp.full((b, 1), 30.0),
                                                    jnp.ones((b, 1))))[0]
-  np.testing.assert_allclose(out[7:].reshape(3, 3), [[0.75, 1, 0.75], [1, 1, 1], [0.75, 1, 0.75]], atol=1e-3)
+  exact = _exact_geometry(grid_logits[:, :1], 3, 0.5)[3][0, 0] * fw[0] / (fw[0] + 1e-4)
+  np.testing.assert_allclose(exact.reshape(3, 3), [[0.75, 1, 0.75], [1, 1, 1], [0.75, 1, 0.75]], atol=1e-3)
+  np.testing.assert_allclose(out[7:], exact, atol=1e-6)  # measured 1.1e-7; bound 1e-6
 
 
 def test_frame_descriptors_hand_computed():
@@ -223,12 +261,16 @@ def test_frame_descriptors_hand_computed():
   geometry = _mask_geometry(jnp.asarray(grid_logits), (4, 4), shape_window=3, shape_radius=1.0)
   d = np.asarray(_frame_descriptors(geometry, jnp.ones((1, 5)), (4, 4)))[0]
   assert d.shape == (5, 9 + 5)
-  np.testing.assert_allclose(d[:4, :9], np.tile([0, 0, 0, 0, 1, 0, 0, 0, 0], (4, 1)), atol=1e-3)  # a lone cell
-  np.testing.assert_allclose(d[:4, 9], [0, 0.25, 0.5, 0.75], atol=1e-3)  # centroid x
-  np.testing.assert_allclose(d[:4, 10], 0.25, atol=1e-3)  # centroid y
-  np.testing.assert_allclose(d[:4, 11], 1 / 16, atol=1e-3)  # area
-  np.testing.assert_allclose(d[:4, 12], 30 * 0.25, atol=1e-2)  # x velocity, also at both ends of the run
-  np.testing.assert_allclose(d[:4, 13], 0.0, atol=1e-3)
+  _, mass, c, sil = _exact_geometry(grid_logits, 3, 1.0)
+  step = np.diff(c[0, :4], axis=0)
+  velocity = np.concatenate([step[:1], (step[1:] + step[:-1]) / 2, step[-1:]])  # one-sided at both ends of the run
+  exact = np.concatenate([sil[0, :4], c[0, :4], mass[0, :4, None] / 16, 30 * velocity], axis=1)
+  # The hand-computed meaning: a lone cell, centroid x 0, 1/4, 1/2, 3/4 and y 1/4, area 1/16, x velocity 30/4.
+  np.testing.assert_allclose(exact, np.tile([0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0.25, 1 / 16, 7.5, 0], (4, 1))
+                             + np.eye(14)[9] * [[0], [0.25], [0.5], [0.75]], atol=1e-3)
+  np.testing.assert_allclose(d[:4], exact, atol=4e-6)  # measured 8.1e-7 (values up to 7.5); bound 4e-6
+  # Without the centroid's 1e-4 (the hand values) centroid x is 7.5e-5 off: the old 1e-3 could not see it.
+  assert np.abs(d[:4, 9] - [0, 0.25, 0.5, 0.75]).max() > 10 * 4e-6
   np.testing.assert_allclose(d[4], 0.0, atol=1e-6)  # no mask: all zero
 
 
@@ -386,6 +428,7 @@ def test_grouped_evidence_norm_normalises_feature_and_silhouette_apart_and_passe
   rescaled = e.copy()
   rescaled[:, :d] = 10 * e[:, :d] + 3  # each LayerNorm'd group is invariant to its own scale and shift
   rescaled[:, d + 5:] = 0.2 * e[:, d + 5:] - 1
+  # measured 2.1e-5 (LayerNorm's eps makes it not exactly scale-invariant; logits up to 1.5); bound 1e-4
   np.testing.assert_allclose(logits(rescaled), logits(e), atol=1e-4)
   moved = e.copy()
   moved[:, d] += 7.5  # x velocity: passes as it is, so its effect does not depend on the other groups' scale
@@ -393,12 +436,14 @@ def test_grouped_evidence_norm_normalises_feature_and_silhouette_apart_and_passe
   moved_rescaled[:, d] += 7.5
   effect = logits(moved) - logits(e)
   assert np.abs(effect).max() > 1e-3
-  np.testing.assert_allclose(logits(moved_rescaled) - logits(rescaled), effect, atol=1e-4)
+  # measured 2.2e-6 (effects up to 3.9); bound 1e-5
+  np.testing.assert_allclose(logits(moved_rescaled) - logits(rescaled), effect, atol=1e-5)
   # One joint LayerNorm: the same velocity step counts for less when the feature values are larger.
   joint = evidence_heads.AnswerHead(16)
   pj = jax.jit(joint.init)(jax.random.key(0), h, jnp.asarray(e), valid)
-  assert not np.allclose(logits(moved_rescaled, joint, pj) - logits(rescaled, joint, pj),
-                         logits(moved, joint, pj) - logits(e, joint, pj), atol=1e-3)
+  joint_gap = np.abs(logits(moved_rescaled, joint, pj) - logits(rescaled, joint, pj)
+                     - (logits(moved, joint, pj) - logits(e, joint, pj))).max()
+  assert joint_gap > 0.1  # measured 1.55 (the grouped norm's gap above: 2.2e-6)
   with pytest.raises(ValueError, match="evidence_norm"):
     evidence_heads.AnswerHead(16, evidence_norm="grouped").init(jax.random.key(0), h, jnp.asarray(e), valid)
   with pytest.raises(ValueError, match="config.model.evidence_norm"):
