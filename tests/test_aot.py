@@ -109,7 +109,7 @@ def test_missing_cost_figures_are_missing_not_zero():
   row = {"command": "c", "device_kind": "TPU v5 lite", "devices": 4, "mesh": {"data": 4, "model": 1},
          "peak_estimate_bytes": 2**30, "global_batch_size": 4, "flops": None, "bytes_accessed": 1e9}
   cells = compile_table.markdown([row]).splitlines()[-1].split(" | ")
-  assert cells[7] == "n/a" and cells[9:12] == ["", "", " |"], cells  # FLOPs n/a; no roofline, MFU or rate
+  assert cells[7] == "n/a" and cells[9:13] == ["", "", "", " |"], cells  # FLOPs n/a; no roofline, MFU, rate or model MFU
   # A missing byte count on a chip with a known bandwidth: no roofline from the FLOPs alone.
   assert "roofline_step_s" not in chips.roofline(dict(row, flops=1e12, bytes_accessed=None), 197e12)
   assert "roofline_step_s" in chips.roofline(dict(row, flops=1e12), 197e12)
