@@ -4,6 +4,8 @@ Usage:
   python -m evqa_jax.evaluate.ovqa --train-csv train.csv --test-csv test.csv --pred preds.csv --out metrics.json
   python -m evqa_jax.evaluate.ovqa --train-csv train.csv --test-csv test.csv \
       --pred a.csv --label FrozenBiLM --pred b.csv --label FrozenBiLM+ --out metrics.json --plot acc_vs_freq.png
+  python -m evqa_jax.evaluate.ovqa --train-csv train.csv --test-csv test.csv \
+      --pred violet.csv --label VIOLET --pred violet_plus.csv --label VIOLET+ --out metrics.json --fig10 fig10.png
 
   python -m evqa_jax.evaluate.ovqa --test-csv test.csv --test-vocab test_vocab.json --ans2cat ans2cat.json \
       --pred preds.csv --out metrics.json        categories and mAcc vocabulary from the authors' meta_data files
@@ -27,6 +29,8 @@ total, macc} (fractions, 4 decimals as their logger prints them; a category with
 then the flat metrics of `evqa_jax.metrics.ovqa.ovqa_metrics` unrounded (base, common, rare, unseen, non_base, total,
 mAcc, BNG in percent; num_samples_*, num_answers_*, num_correct_*) plus "table1" (the answer statistics of the OVQA
 paper's Table 1, with a train CSV). With several, {"models": {label: metrics with its "official"}, "table1": ...}.
+--fig10 draws the OVQA paper's Fig. 10 (evqa_jax.evaluate.ovqa_figures.accurate_categories): per model, the categories
+of the test answers it gets right on >= 90% (--fig10-threshold) of their samples, one pie each; "fig10" in --out.
 --plot draws each answer's test accuracy against its train frequency (symlog x so that unseen answers, count 0, show),
 with one line per model of the mean per-answer accuracy in frequency bins (powers of two) and the category borders.
 """
@@ -255,8 +259,14 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
   parser.add_argument("--label", action="append", default=None, help="model name per --pred, in the same order")
   parser.add_argument("--out", required=True, help="metrics JSON to write")
   parser.add_argument("--plot", default=None, help="optional PNG: per-answer accuracy vs train frequency")
+  parser.add_argument("--fig10", default=None,
+                      help="optional PNG: the OVQA paper's Fig. 10, the categories of the answers each model gets "
+                           "right at >= --fig10-threshold %% accuracy (one pie per --pred); the numbers go to --out")
+  parser.add_argument("--fig10-threshold", type=float, default=90.0, help="Fig. 10's per-answer accuracy bar (%%)")
   args = parser.parse_args(argv)
-  io.check_args(args, ["out", "plot"])
+  io.check_args(args, ["out", "plot", "fig10"])
+  if not 0.0 <= args.fig10_threshold <= 100.0:
+    parser.error(f"--fig10-threshold {args.fig10_threshold} is not a percentage in [0, 100]")
   if args.plot and args.train_csv is None:
     parser.error("--plot needs --train-csv (the train frequency of each answer)")
 
@@ -269,12 +279,33 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
     out = {"models": with_official}
   if stats is not None:
     out["table1"] = stats
+  fig10 = None
+  if args.fig10:
+    from evqa_jax.evaluate import ovqa_figures  # pylint: disable=g-import-not-at-top
+    category_of = (read_ans2cat(args.ans2cat) if args.ans2cat
+                   else ovqa_metrics_lib.answer_categories(counts, gt_answers))
+    fig10 = {label: ovqa_figures.accurate_categories(gt_answers, p, category_of, args.fig10_threshold)
+             for label, p in preds.items()}
+    out["fig10"] = fig10
   out = json_safe(out)
   io.write_json(args.out, out)
   print(format_table(results, stats))
   if args.plot:
     plot_accuracy_vs_frequency(counts, gt_answers, preds, args.plot)
+  if fig10 is not None:
+    print(format_fig10(fig10))
+    ovqa_figures.plot_categories(fig10, args.fig10, "answers at >= "
+                                 f"{args.fig10_threshold:g}% accuracy, by category (OVQA paper, Fig. 10)")
   return out
+
+
+def format_fig10(fig10: dict) -> str:
+  """Plain text: per model, the answers at the Fig. 10 threshold by category (count and share)."""
+  lines = [f"Fig. 10: test answers with accuracy >= {next(iter(fig10.values()))['threshold']:g}%, by category"]
+  for label, r in fig10.items():
+    lines.append(f"  {label}: {r['num_answers']} answers; " + ", ".join(
+        f"{c} {r['answers'][c]} ({r['shares'][c]:.1f}%)" for c in CATEGORIES))
+  return "\n".join(lines)
 
 
 if __name__ == "__main__":

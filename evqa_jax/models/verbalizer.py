@@ -21,6 +21,9 @@ D x D product and one per-node projection of the targets. The last layer compute
 only the nodes before `num_receivers_padded` when given (`padding.verbalizer_budget`), each layer on its prefix of
 edges. The edge softmax + aggregation (`edge_attention`) walks the edges in chunks with a hand-written backward:
 memory O(nodes * D + edges), no `[edges, D]` array.
+
+Inspection: `edge_attention_weights` gives a layer's alpha_ij per edge; applied with `mutable=["intermediates"]`,
+each GAT layer sows them as intermediates/<...>/gat_<l>/attention (the OVQA paper's Fig. 6: launch/ovqa_figures.py).
 """
 
 import functools
@@ -87,7 +90,8 @@ def _edge_chunks(senders, receivers, num_targets: int, chunk: int):
   return send, recv
 
 
-def _edge_attention_fwd(q, k, v, senders, receivers, num_targets, negative_slope, chunk):
+def _edge_scores(q, k, senders, receivers, num_targets, negative_slope, chunk):
+  """(send, recv `[chunks, chunk]`, q_ext, raw scores, alpha `[chunks * chunk]`) of the chunked edge loop."""
   send, recv = _edge_chunks(senders, receivers, num_targets, chunk)
   q_ext = jnp.concatenate([q, jnp.zeros((1, q.shape[-1]), q.dtype)], axis=0)
 
@@ -97,8 +101,22 @@ def _edge_attention_fwd(q, k, v, senders, receivers, num_targets, negative_slope
 
   _, raw = jax.lax.scan(score_chunk, None, (send, recv))
   raw = raw.reshape(-1)
-  flat_recv = recv.reshape(-1)
-  alpha = jraph.segment_softmax(jax.nn.leaky_relu(raw, negative_slope), flat_recv, num_targets + 1)
+  alpha = jraph.segment_softmax(jax.nn.leaky_relu(raw, negative_slope), recv.reshape(-1), num_targets + 1)
+  return send, recv, q_ext, raw, alpha
+
+
+def edge_attention_weights(q, k, senders, receivers, num_targets: int, negative_slope: float = 0.2,
+                           chunk: int = 16384):
+  """The attention coefficients alpha_ij of `edge_attention`, one per edge `[edges]` (edge e: j = senders[e] ->
+  i = receivers[e]; Eq. 5): the weights over each target's in-edges sum to 1; edges into nodes outside
+  [0, num_targets) get 0. The same computation as the forward pass, for inspection (the OVQA paper's Fig. 6)."""
+  _, _, _, _, alpha = _edge_scores(q, k, senders, receivers, num_targets, negative_slope, chunk)
+  alpha = alpha[:senders.shape[0]]
+  return jnp.where(receivers < num_targets, alpha, jnp.zeros_like(alpha))
+
+
+def _edge_attention_fwd(q, k, v, senders, receivers, num_targets, negative_slope, chunk):
+  send, recv, q_ext, raw, alpha = _edge_scores(q, k, senders, receivers, num_targets, negative_slope, chunk)
 
   def aggregate_chunk(acc, x):
     s, r, a = x
@@ -186,6 +204,11 @@ class GATLayer(nn.Module):
       k = h @ w_src
     q = nn.with_logical_constraint(q, ("nodes", "embed"))
     k = nn.with_logical_constraint(k, ("nodes", "embed"))
+    if self.is_mutable_collection("intermediates"):
+      # apply(..., mutable=["intermediates"]): the layer's alpha_ij per edge `[edges]` (edge_attention_weights),
+      # stored as ("attention",); training never asks for it, so it costs nothing there.
+      self.sow("intermediates", "attention",
+               edge_attention_weights(q, k, senders, receivers, num_targets, self.negative_slope, self.edge_chunk))
     out = edge_attention(q, k, h, senders, receivers, num_targets, self.negative_slope, self.edge_chunk)
     return nn.with_logical_constraint(out, ("nodes", "embed"))
 
