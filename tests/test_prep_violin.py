@@ -295,3 +295,39 @@ def test_violin_stats_hand_computed(tmp_path, capsys):
   out = capsys.readouterr().out
   assert "| clips | 2 | 15,887 |" in out and "| test statements | 2 | 9,600 |" in out
   assert "| statements ((V, S, H) triplets) | 6 | 95,322 |" in out and "| 18 (\"almost the same\") |" in out
+
+
+def test_violin_stats_table1_per_source_and_fig8_clip_lengths(tmp_path, capsys):
+  """Table 1 grouped by the entries' "source" and Fig. 8 from the features' frame counts at 3 fps, by hand: Friends
+  clips of 45 and 60 frames (15 s, 20 s), a MovieClips clip of 120 frames (40 s, left out of Fig. 8's TV shows)."""
+  import h5py
+  from data_prep import violin_stats
+  pair = lambda p, n: [p, n]  # noqa: E731
+  ann = {"f0": {"file": "F0", "source": "Friends", "split": "train", "sub": [["a b c", 0, 1], ["d", 1, 2]],
+                "statement": [pair("one two three", "one two")]},
+         "f1": {"file": "F1", "source": "Friends", "split": "test", "sub": [],
+                "statement": [pair("one", "one two three four five")]},
+         "m0": {"file": "M0", "source": "MovieClips", "split": "validate", "sub": [["x y", 0, 1]],
+                "statement": [pair("w w w w", "w w")]}}
+  path = tmp_path / "violin_annotation.json"
+  path.write_text(json.dumps(ann))
+  h5 = tmp_path / "all_res101_pool5_feat.h5"
+  with h5py.File(h5, "w") as f:
+    for file, frames in (("F0", 45), ("F1", 60), ("M0", 120)):
+      f.create_group(file).create_dataset("resnet_features", data=np.zeros((frames, 2048), np.float32))
+  s = violin_stats.statistics(str(path), features=str(h5))
+  assert s["table1"]["Friends"] == {"clips": 2, "mean_words_positive": 2.0, "mean_words_negative": 3.5,
+                                    "mean_subtitle_words": 2.0, "mean_clip_seconds": 17.5}
+  assert s["table1"]["MovieClips"] == {"clips": 1, "mean_words_positive": 4.0, "mean_words_negative": 2.0,
+                                       "mean_subtitle_words": 2.0, "mean_clip_seconds": 40.0}
+  assert s["table1"]["All"]["clips"] == 3 and s["table1"]["All"]["mean_clip_seconds"] == 25.0
+  assert s["clip_lengths"] == {"tv_only": True, "histogram": {15: 1, 20: 1}}
+  assert violin_stats.main([str(path), "--features", str(h5)]) == 0
+  out = capsys.readouterr().out
+  assert "| Friends | 2 | 17.5 | 2 | 3.5 | 2 |" in out and "| All | 6,716 | 15,887 | 35.20 | 18.10 | 18.04 | 76.40 |" in out
+  assert "| 15-16 | 1 |" in out and "| 40-41 |" not in out
+  assert violin_stats.statistics(str(path), features=str(h5), fps=1.5)["table1"]["All"]["mean_clip_seconds"] == 50.0
+  with pytest.raises(violin_stats.violin.ConversionError, match="'M0/resnet_features'"):
+    with h5py.File(h5, "a") as f:
+      del f["M0/resnet_features"]
+    violin_stats.statistics(str(path), features=str(h5))

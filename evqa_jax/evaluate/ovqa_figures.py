@@ -65,6 +65,7 @@ def plot_confidences(top: Mapping[str, list], path: str, title: str = "", truth:
   green."""
   plt = _pyplot()
   fig, axes = plt.subplots(1, len(top), figsize=(4.6 * len(top), 2.8), squeeze=False)
+  right = 1.3 * max((p for rows in top.values() for _, p in rows), default=1.0)  # one scale for both panels
   for ax, (name, rows) in zip(axes[0], top.items()):
     labels = [a for a, _ in rows][::-1]
     values = [p for _, p in rows][::-1]
@@ -73,7 +74,7 @@ def plot_confidences(top: Mapping[str, list], path: str, title: str = "", truth:
     ax.set_yticklabels(labels, fontsize=9)
     for y, v in enumerate(values):
       ax.text(v, y, f" {v:.3f}", va="center", fontsize=8)
-    ax.set_xlim(0, 1.15)
+    ax.set_xlim(0, right)
     ax.set_xlabel("confidence (softmax over the answers)")
     ax.set_title(f"{name} the GNN soft verbalizer", fontsize=10)
   if title:
