@@ -282,6 +282,12 @@ def test_command_loads_the_checkpoint_and_writes_the_figures_and_their_numbers(t
   for layer, rows in zip(view.attention, out["fig6"]["layers"]):
     sel = layer["receivers"] == target
     assert len(rows) == int(sel.sum()) and sum(r["alpha"] for r in rows) == pytest.approx(1.0, abs=1e-5)
+  # a baseline run (here the same weights) gives the "without" logits instead of the verbalizer switched off
+  from evqa_jax.projects.ovqa import figures
+  twice = figures.inspect_question(tiny_run["task"], tiny_run["params"], "test", 3,
+                                   baseline=(tiny_run["task"], tiny_run["params"]))
+  np.testing.assert_array_equal(twice.logits["without"], view.logits["with"])
+  np.testing.assert_array_equal(twice.baseline_feature, view.feature)
   chosen = out["fig9"]["answers"]
   assert len(chosen) == 20 and len(out["fig9"]["points"]["with"]) == 21  # 20 answers and m
   assert view.answers[int(np.argmax(view.logits["with"]))] in chosen
