@@ -292,3 +292,26 @@ def test_command_loads_the_checkpoint_and_writes_the_figures_and_their_numbers(t
   assert len(chosen) == 20 and len(out["fig9"]["points"]["with"]) == 21  # 20 answers and m
   assert view.answers[int(np.argmax(view.logits["with"]))] in chosen
   assert view.answers[int(np.argmax(view.logits["without"]))] in chosen
+
+
+def test_no_figure_overwrites_an_input(tiny_run, tmp_path, capsys):
+  """--fig10 naming a prediction file, and launch/ovqa_figures.py's --out_dir naming the workdir, are refused before
+  anything is written."""
+  import subprocess
+  from evqa_jax import cli
+  from evqa_jax.evaluate import ovqa as ovqa_cli
+  (tmp_path / "test.csv").write_text("answer\ndog\n")
+  (tmp_path / "p.csv").write_text("index,prediction\n0,dog\n")
+  code = cli.run(ovqa_cli.main, ["--train-csv", str(tmp_path / "test.csv"), "--test-csv", str(tmp_path / "test.csv"),
+                                 "--pred", str(tmp_path / "p.csv"), "--out", str(tmp_path / "m.json"),
+                                 "--fig10", str(tmp_path / "p.csv")])
+  assert code == 2 and "--fig10" in capsys.readouterr().err
+  assert (tmp_path / "p.csv").read_text() == "index,prediction\n0,dog\n" and not (tmp_path / "m.json").exists()
+  before = sorted(os.listdir(tiny_run["workdir"]))
+  cmd = [sys.executable, os.path.join(REPO, "launch", "ovqa_figures.py"), "--config",
+         os.path.join(REPO, "configs", "ovqa_msrvtt.py") + ":tiny", "--workdir", tiny_run["workdir"], "--index=3",
+         f"--out_dir={tiny_run['workdir']}"]
+  proc = subprocess.run(cmd, cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO), capture_output=True, text=True,
+                        timeout=300)
+  assert proc.returncode != 0 and "--out_dir" in proc.stderr and "is or holds the input --workdir" in proc.stderr
+  assert sorted(os.listdir(tiny_run["workdir"])) == before
