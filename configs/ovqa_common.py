@@ -76,6 +76,10 @@ def ovqa_config(dataset: str, arg, cvqa_topk: int) -> ml_collections.ConfigDict:
       synthetic="",  # demo: the preset of the built-in synthetic world to generate when dir is empty
       train_split="train", eval_splits=("test",),
       cvqa_topk=cvqa_topk,  # CVQA: the answer set is the top-k train answers
+      # Pixel backbones (Backbone.video_input "frames"; records of data_prep/ovqa_frames.py): the side of the frames
+      # the model sees, and the train-time augmentation ("none", or "allinone": All-in-one's random crop;
+      # evqa_jax/projects/ovqa/input.py). Feature backbones do not read them.
+      frame_size=224, augment="none",
       worker_count=0, on_corrupt="raise"))
 
   # The GNN soft verbalizer: the fields of evqa_jax.models.verbalizer.Verbalizer (Table 5 variant, Eq. 7's eps).

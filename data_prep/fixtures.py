@@ -23,6 +23,8 @@ says where that layout comes from (the authors' loader code read for this module
   justask_checkpoint    Just Ask's released VQA-T .pth (the DataParallel state dict, "module." keys)
   ovqa_authors_files    OVQA's train_vocab.json, test_vocab.json, ans2cat.json and answer_graph/*.pth
   violin_release        VIOLIN's violin_annotation.json and all_res101_pool5_feat.h5
+  ovqa_raw_videos       MSVD / MSRVTT / TGIF / ActivityNet video files (avi, mp4, gif, mkv) in the datasets' naming,
+                        with CSVs and MSVD's youtube_mapping.txt (data_prep/ovqa_frames.py)
   evqa_release          ST-Evidence: st_evidence_gen.csv, videos_6fps/*.mp4, masks/, and the MCQ files
   evqa_instruct         ST-Evidence-Instruct: gen_mask/ (CSV, polygon/RLE JSON masks, frame_%04d.jpg frames) and
                         gen_qa/vicas/ (CSV with mask_evidence, ViCaS annotations, frames)
@@ -507,6 +509,71 @@ def smooth_frames(num: int, height: int, width: int, seed: int = 0) -> np.ndarra
   return out
 
 
+# OVQA from raw videos (data_prep/ovqa_frames.py): per dataset, (question, answer, CSV video_id, video file under the
+# dataset's folder, frame count); the files are named as the datasets ship them (MSVD's YouTubeClips/<clip>.avi with
+# youtube_mapping.txt, MSRVTT's video<N>.mp4, TGIF's <gif_name>.gif, ActivityNet's v_<id>.mp4 / .mkv).
+OVQA_VIDEO_ROWS = {
+    "msvd": {"train": [("what is a man playing", "guitar", "vid1"), ("what is a woman cutting", "onion", "vid2"),
+                       ("who is singing", "woman", "vid1")],
+             "test": [("what is a man playing", "guitar", "vid3"), ("what is a cat doing", "sleeping", "vid2")]},
+    "msrvtt": {"train": [("what is a man playing", "guitar", "7010"), ("who is cooking", "woman", "7011")],
+               "test": [("what is running on grass", "dog", "7012"), ("who is cooking", "woman", "7011")]},
+    "tgif": {"train": [("what is the dog doing", "running", "tumblr_nk172bbdPI1u1lr18o1_250"),
+                       ("what does the man hold", "cup", "tumblr_ni35trYvWA1u3wbp4o1_400")],
+             "test": [("what is the cat doing", "jumping", "tumblr_nhtc6b5Ls31u7uqpeo1_250")]},
+    "activitynet": {"train": [("what is the person doing", "surfing", "v_QOlSCBRmfWY"),
+                              ("is the man outdoors", "yes", "v_ehGHCYKzyZ8")],
+                    "test": [("what is the person doing", "skiing", "v_nwznKOuZM7w")]},
+}
+OVQA_VIDEO_FILES = {  # dataset -> {file under <root>/<dataset>/: (frame count, height, width)}
+    "msvd": {"YouTubeClips/-4wsuPCjDBc_5_15.avi": (12, 24, 32), "YouTubeClips/-7KMZQEsJW4_205_208.avi": (9, 24, 32),
+             "YouTubeClips/-8y1Q0rA3n8_108_114.avi": (15, 24, 32)},
+    "msrvtt": {"videos/all/video7010.mp4": (12, 24, 32), "videos/all/video7011.mp4": (20, 32, 24),
+               "videos/all/video7012.mp4": (7, 24, 32)},
+    "tgif": {"gifs/tumblr_nk172bbdPI1u1lr18o1_250.gif": (10, 20, 30), "gifs/tumblr_ni35trYvWA1u3wbp4o1_400.gif":
+             (6, 30, 20), "gifs/tumblr_nhtc6b5Ls31u7uqpeo1_250.gif": (8, 24, 24)},
+    "activitynet": {"videos/v_QOlSCBRmfWY.mp4": (16, 24, 32), "videos/v_ehGHCYKzyZ8.mkv": (11, 24, 32),
+                    "videos/v_nwznKOuZM7w.mp4": (13, 24, 32)},
+}
+MSVD_MAPPING = {"-4wsuPCjDBc_5_15": "vid1", "-7KMZQEsJW4_205_208": "vid2", "-8y1Q0rA3n8_108_114": "vid3"}
+OVQA_VIDEO_DIRS = {"msvd": "YouTubeClips", "msrvtt": "videos/all", "tgif": "gifs", "activitynet": "videos"}
+
+
+def ovqa_raw_videos(root: str, seed: int = 0) -> dict:
+  """The datasets' own videos beside OVQA / FrozenBiLM-style CSVs, for data_prep/ovqa_frames.py: root/<dataset>/
+  {train,test}.csv (question, answer, video_id, type, id) and the video files of OVQA_VIDEO_FILES (real mp4 / avi /
+  gif / mkv files, PyAV-encoded smooth colour gradients), plus MSVD's youtube_mapping.txt ("<clip> vid<N>", the
+  MSVD-QA release's). Returns {dataset: {"csv_dir", "videos", "video_map", "files": {file: frame count}}}."""
+  import pandas as pd
+  from data_prep import ovqa_frames
+  out = {}
+  for k, (dataset, splits) in enumerate(OVQA_VIDEO_ROWS.items()):
+    base = os.path.join(root, dataset)
+    os.makedirs(base, exist_ok=True)
+    next_id = 0
+    for split, rows in splits.items():
+      types = [MSRVTT_TYPES.get(q.split(" ")[0], 0) for q, _, _ in rows]
+      pd.DataFrame({"question": [q for q, _, _ in rows], "answer": [a for _, a, _ in rows],
+                    "video_id": [v for _, _, v in rows], "type": types,
+                    "id": list(range(next_id, next_id + len(rows)))}).to_csv(os.path.join(base, f"{split}.csv"),
+                                                                              index=False)
+      next_id += len(rows)
+    files = {}
+    for j, (rel, (n, h, w)) in enumerate(OVQA_VIDEO_FILES[dataset].items()):
+      path = os.path.join(base, rel)
+      os.makedirs(os.path.dirname(path), exist_ok=True)
+      ovqa_frames.write_video(path, smooth_frames(n, h, w, seed=seed + 10 * k + j))
+      files[path] = n
+    video_map = None
+    if dataset == "msvd":
+      video_map = os.path.join(base, "youtube_mapping.txt")
+      with open(video_map, "w") as f:
+        f.writelines(f"{clip} {vid}\n" for clip, vid in MSVD_MAPPING.items())
+    out[dataset] = {"csv_dir": base, "videos": os.path.join(base, OVQA_VIDEO_DIRS[dataset]), "video_map": video_map,
+                    "files": files}
+  return out
+
+
 EVQA_ENTRIES = [
     # entry_id, video_id, frames, question, candidates, answer, segments
     ("q0001", "vid_a", 14, "What does the person pick up?", ["cup", "book", "phone", "ball", "key"], "cup",
@@ -768,8 +835,9 @@ def s3d_features(path: str, frames: dict, seed: int = 2) -> dict:
 def write_ovqa(root: str) -> dict:
   """OVQA on MSRVTT-QA: root/models/{deberta-v2-xlarge/, frozenbilm.pth, ovqa_msrvtt.pth (an OVQA-trained
   checkpoint, state-dict form), distilbert-base-uncased/, ckpt_pt_howtovqa69m.pth (Just Ask's)}, root/MSRVTT-QA/
-  (FrozenBiLM's CSVs, clipvitl14.pth, subtitles.pkl and Just Ask's s3d.pth) and root/meta_data/msrvtt/ (the OVQA
-  release: its CSVs, features, subtitles, vocabularies, categories and answer graphs)."""
+  (FrozenBiLM's CSVs, clipvitl14.pth, subtitles.pkl and Just Ask's s3d.pth), root/meta_data/msrvtt/ (the OVQA
+  release: its CSVs, features, subtitles, vocabularies, categories and answer graphs) and root/raw_videos/<dataset>/
+  (each dataset's own video files with CSVs, for data_prep/ovqa_frames.py)."""
   deb = deberta_v2_dir(os.path.join(root, "models", "deberta-v2-xlarge"))
   frozenbilm_checkpoint(os.path.join(root, "models", "frozenbilm.pth"), deb["state_dict"], deb["config"])
   ovqa_checkpoint(os.path.join(root, "models", "ovqa_msrvtt.pth"), deb["state_dict"], deb["config"])
@@ -779,7 +847,9 @@ def write_ovqa(root: str) -> dict:
   rel = msrvtt_qa(os.path.join(root, "MSRVTT-QA"))
   s3d_features(os.path.join(root, "MSRVTT-QA", "s3d.pth"), {v: len(x) for v, x in rel["features"].items()})
   meta = ovqa_meta_data(os.path.join(root, "meta_data", "msrvtt"), embed_dim=deb["config"]["hidden_size"])
-  return {"deberta": deb["path"], "msrvtt_qa": rel["dir"], "meta_data": meta["dir"], "distilbert": dist["path"]}
+  ovqa_raw_videos(os.path.join(root, "raw_videos"))
+  return {"deberta": deb["path"], "msrvtt_qa": rel["dir"], "meta_data": meta["dir"], "distilbert": dist["path"],
+          "raw_videos": os.path.join(root, "raw_videos")}
 
 
 def write_violin(root: str) -> dict:

@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import io
 import math
 import os
@@ -87,7 +88,8 @@ REQUIRED_SPLITS = ("train", "test")
 REQUIRED_COLUMNS = ("question", "answer", "video_id")
 CATEGORIES = ovqa_metrics.CATEGORIES
 BAD_REASONS = ("empty_question", "empty_answer", "bad_type", "bad_video_id", "unknown_video", "bad_features",
-               "answer_not_in_vocab", "bad_values")
+               "answer_not_in_vocab", "bad_values",
+               "missing_video", "bad_video", "short_video")  # the last three: raw videos (data_prep/ovqa_frames.py)
 VOCAB_FILE = "vocab.json"
 # The paper's closed vocabularies (appendix B, FrozenBiLM / JustAsk settings): top-k train answers per dataset; the
 # dataset configs' data.cvqa_topk.
@@ -154,7 +156,9 @@ def read_split_csv(path: str) -> pd.DataFrame:
   return df
 
 
-class _BadRow(Exception):
+class BadRow(Exception):
+  """A row the converter skips with --skip-bad (else a ConversionError naming file, row and `field`); `reason` is
+  one of BAD_REASONS."""
 
   def __init__(self, reason: str, field: str, message: str):
     super().__init__(message)
@@ -184,48 +188,47 @@ class _VideoCache:
       self._cache[video_id] = value
       if len(self._cache) > _CACHE_VIDEOS:
         self._cache.popitem(last=False)
-    if isinstance(value, _BadRow):
+    if isinstance(value, BadRow):
       raise value
-    return value
+    return {"video": value[0], "video_mask": value[1]}
 
   def _load(self, video_id: str):
     if not video_id or video_id not in self.store:
-      return _BadRow("unknown_video", "video_id",
+      return BadRow("unknown_video", "video_id",
                      f"unknown video id {video_id!r} (not in the feature file {self.store.path})")
     try:
       x = features_lib.check_video(
           self.store[video_id], self.feature_dim, f"video {video_id!r} in {self.store.path}")
     except features_lib.FeatureError as e:
-      return _BadRow("bad_features", "video_id", str(e))
+      return BadRow("bad_features", "video_id", str(e))
     if self.from_source and self.dtype == "float16" and x.dtype != np.float16:
-      return _BadRow("bad_features", "video_id",
+      return BadRow("bad_features", "video_id",
                      f"video {video_id!r} in {self.store.path} has {x.dtype} features but the file's first video "
                      f"{self.dtype}, the dtype the records keep: pass --feature-dtype float32 (or float16)")
     return features_lib.sample_frames(x, self.num_frames, self.dtype)
 
 
 def _row_example(row: Mapping[str, str], index: int, source_row: int, has_type: bool, has_id: bool,
-                 videos: _VideoCache, subtitles: Mapping[str, str]) -> dict:
+                 videos, subtitles: Mapping[str, str]) -> dict:
   question = row["question"]
   answer = row["answer"]
   video_id = row["video_id"]  # verbatim: one id rule everywhere (evqa_io.check_id refuses surrounding spaces)
   try:
     evqa_io.check_id(video_id, "field 'video_id'", "video id")
   except ValueError as e:
-    raise _BadRow("bad_video_id", "video_id", str(e)) from None
+    raise BadRow("bad_video_id", "video_id", str(e)) from None
   if not question.strip():
-    raise _BadRow("empty_question", "question", "empty question")
+    raise BadRow("empty_question", "question", "empty question")
   if not answer.strip():
-    raise _BadRow("empty_answer", "answer", "empty answer")
+    raise BadRow("empty_answer", "answer", "empty answer")
   question_type = -1
   if has_type and row["type"].strip():
     try:
       question_type = int(row["type"].strip())
     except ValueError:
-      raise _BadRow("bad_type", "type", f"question type {row['type']!r} is not an integer") from None
+      raise BadRow("bad_type", "type", f"question type {row['type']!r} is not an integer") from None
     if not -2**63 <= question_type < 2**63:
-      raise _BadRow("bad_type", "type", f"question type {row['type']!r} does not fit int64")
-  video, mask = videos.get(video_id)
+      raise BadRow("bad_type", "type", f"question type {row['type']!r} does not fit int64")
   return {
       "index": np.int64(index),
       "id": row["id"] if has_id else str(source_row),
@@ -234,8 +237,7 @@ def _row_example(row: Mapping[str, str], index: int, source_row: int, has_type: 
       "answer": answer,
       "question_type": np.int64(question_type),
       "subtitles": subtitles.get(video_id, ""),
-      "video": video,
-      "video_mask": mask,
+      **videos(video_id),  # the video's fields: features (video, video_mask) or frames (data_prep/ovqa_frames.py)
   }
 
 
@@ -252,9 +254,37 @@ def convert(csv_dir: str, features: str, out_dir: str, *, subtitles: str | None 
     raise ConversionError(f"num_frames ({num_frames}) and feature_dim ({feature_dim}) must be >= 1")
   if feature_dtype not in features_lib.FEATURE_DTYPES:
     raise ConversionError(f"feature_dtype {feature_dtype!r}: expected one of {features_lib.FEATURE_DTYPES}")
+
+  @contextlib.contextmanager
+  def feature_videos():
+    with features_lib.FeatureStore(features, trust_pickles) as store:
+      dtype = feature_dtype
+      if dtype == "source":
+        first = features_lib.first_video_dtype(store)
+        dtype = features_lib.storage_dtype(first) if first is not None and first.kind == "f" else "float32"
+      videos = _VideoCache(store, num_frames, feature_dim, dtype, from_source=feature_dtype == "source")
+      yield (record_spec(num_frames, feature_dim, dtype), videos.get,
+             dict(num_frames=num_frames, feature_dim=feature_dim, feature_dtype=dtype))
+
+  return convert_with(csv_dir, out_dir, feature_videos, video_input=features, converter="data_prep.ovqa",
+                      subtitles=subtitles, cvqa_topk=cvqa_topk, skip_bad=skip_bad, num_shards=num_shards,
+                      trust_pickles=trust_pickles, verbose=verbose, authors_vocab=authors_vocab,
+                      cvqa_vocab=cvqa_vocab, source={"features": os.path.abspath(features)})
+
+
+def convert_with(csv_dir: str, out_dir: str, open_videos, *, video_input: str, converter: str,
+                 subtitles: str | None = None, cvqa_topk: int = 4000, skip_bad: bool = False,
+                 num_shards: int | None = None, trust_pickles: bool = False, verbose: bool = True,
+                 authors_vocab: str | None = None, cvqa_vocab: str | None = None, source: dict | None = None,
+                 extra_inputs: Sequence[str | None] = ()) -> dict:
+  """The conversion of the CSVs with the video fields of `open_videos()`: a context manager yielding (the record
+  spec, `video_id -> {field: array}` (raising BadRow), the video's metadata.json fields). `video_input`: the
+  video file or folder (an input --out must not touch, as `extra_inputs`). Features: `convert`; raw videos:
+  data_prep/ovqa_frames.py."""
   csv_paths = {s: os.path.join(csv_dir, f"{s}.csv") for s in SPLITS}
   splits = [s for s in SPLITS if s in REQUIRED_SPLITS or os.path.exists(csv_paths[s])]
-  common.check_out(out_dir, [csv_dir, features, subtitles, authors_vocab, cvqa_vocab])
+  inputs = [csv_dir, video_input, subtitles, authors_vocab, cvqa_vocab, *extra_inputs]
+  common.check_out(out_dir, inputs)
   frames = {s: read_split_csv(csv_paths[s]) for s in splits}
   subs = features_lib.load_subtitles(subtitles, trust_pickles) if subtitles else {}
   # The authors' V_train / V_test / categories (data_prep/ovqa_authors.py); their rows must be in them.
@@ -263,15 +293,7 @@ def convert(csv_dir: str, features: str, out_dir: str, *, subtitles: str | None 
   closed = ovqa_authors.read_vocab_file(cvqa_vocab) if cvqa_vocab else None  # FrozenBiLM's {answer: id}
   summary = {}
   kept_rows: dict[str, list[int]] = {}
-  with common.build_output(out_dir, [csv_dir, features, subtitles, authors_vocab, cvqa_vocab],
-                           "data_prep.ovqa") as tmp_dir, \
-      features_lib.FeatureStore(features, trust_pickles) as store:
-    dtype = feature_dtype
-    if dtype == "source":
-      first = features_lib.first_video_dtype(store)
-      dtype = features_lib.storage_dtype(first) if first is not None and first.kind == "f" else "float32"
-    spec = record_spec(num_frames, feature_dim, dtype)
-    videos = _VideoCache(store, num_frames, feature_dim, dtype, from_source=feature_dtype == "source")
+  with common.build_output(out_dir, inputs, converter) as tmp_dir, open_videos() as (spec, videos, video_meta):
     for split in splits:
       df = frames[split]
       kept = kept_rows[split] = []
@@ -286,13 +308,13 @@ def convert(csv_dir: str, features: str, out_dir: str, *, subtitles: str | None 
           try:
             ex = _row_example(row, len(kept), row_idx, has_type, has_id, videos, subs)
             if split in allowed and ex["answer"] not in allowed[split]:
-              raise _BadRow("answer_not_in_vocab", "answer", f"answer {ex['answer']!r} is not in the authors' "
-                            f"{split}_vocab.json ({authors_vocab})")
+              raise BadRow("answer_not_in_vocab", "answer", f"answer {ex['answer']!r} is not in the authors' "
+                           f"{split}_vocab.json ({authors_vocab})")
             try:
               common.check_record(ex, spec, where)
             except ValueError as e:
-              raise _BadRow("bad_values", "video", str(e)) from None
-          except _BadRow as bad:
+              raise BadRow("bad_values", "video", str(e)) from None
+          except BadRow as bad:
             where = f"{where}, field {bad.field!r}"
             if not skip_bad:
               raise ConversionError(f"{where}: {bad.message} (use --skip-bad to skip such rows)") from None
@@ -329,9 +351,7 @@ def convert(csv_dir: str, features: str, out_dir: str, *, subtitles: str | None 
     records.update_metadata(
         tmp_dir,
         task="ovqa",
-        num_frames=num_frames,
-        feature_dim=feature_dim,
-        feature_dtype=dtype,
+        **video_meta,
         vocab_file=VOCAB_FILE,
         csv_files={s: f"{s}.csv" for s in splits},
         cvqa_topk=cvqa_topk,
@@ -339,7 +359,7 @@ def convert(csv_dir: str, features: str, out_dir: str, *, subtitles: str | None 
         vocab_source=os.path.abspath(authors_vocab) if authors_vocab else "csv",
         cvqa_vocab_source=os.path.abspath(cvqa_vocab) if cvqa_vocab else None,
         conversion=summary,
-        source={"csv_dir": os.path.abspath(csv_dir), "features": os.path.abspath(features),
+        source={"csv_dir": os.path.abspath(csv_dir), **(source or {}),
                 "subtitles": os.path.abspath(subtitles) if subtitles else None},
     )
   return summary

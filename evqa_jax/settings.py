@@ -73,6 +73,7 @@ RULES = (
     # data
     ("data.worker_count", COUNT),
     ("data.cvqa_topk", Num(0, integer=True, none=True)),  # 0 or None: the whole V_train
+    ("data.frame_size", POSITIVE_INT),  # OVQA pixel backbones: the frames' side (data.augment: input.AUGMENTATIONS)
     ("data.*", POSITIVE_INT),  # frames, tokens, options, feature sizes, cache batch
     ("eval.*", FRACTION),  # mask / temporal thresholds
     # answer graphs and word vectors

@@ -36,6 +36,16 @@ import grain.python as gp
 import numpy as np
 
 Transform = Callable[[dict], Mapping[str, Any]]
+
+
+@dataclasses.dataclass(frozen=True)
+class KeyedTransform:
+  """A training transform that also reads its example's key: `fn(example, key)` with key = (seed, step, index), the
+  loader's seed, the global step of the batch and the example's index in the source. Random augmentation drawn from
+  it (np.random.default_rng(key)) is the same whatever the worker or process count, and again after a resume
+  (`DataIterator.set_step`). An evaluation pass calls it with seed None."""
+  fn: Callable[[dict, tuple], Mapping[str, Any]]
+
 VALID_KEY = "_valid"
 # Upper bound on the step count of an endless run (num_epochs=None); Grain's sampler wants a size.
 _ENDLESS_STEPS = 2**62
@@ -206,8 +216,10 @@ class _BuildBatch(gp.MapTransform):
     plan = self._plan
     ids = self.indices(step)
     examples, where = [], []
+    keyed = isinstance(self._transform, KeyedTransform)
     for i in ids.tolist():
-      examples.append(self._transform(self._source[i]))
+      example = self._source[i]
+      examples.append(self._transform.fn(example, (plan.seed, int(step), i)) if keyed else self._transform(example))
       where.append(f"example {i} of {plan.source_repr}")
     batch = stack_examples(examples, where)
     if plan.mode == "eval":

@@ -27,6 +27,12 @@ class Task(abc.ABC):
   def preprocess(self, example: dict, train: bool) -> dict:
     """One decoded record -> dict of fixed-shape numpy arrays (numeric only). Must include int `index`."""
 
+  def preprocess_train(self, example: dict, key: tuple) -> dict:
+    """`preprocess(example, train=True)` in the training loader, with the example's key (seed, step, index in the
+    source; evqa_jax.data.pipeline.KeyedTransform) for random augmentation that a resume repeats exactly."""
+    del key
+    return self.preprocess(example, train=True)
+
   # -- model ------------------------------------------------------------------------------------------------------
   @abc.abstractmethod
   def init_params(self, rng) -> Any:

@@ -119,7 +119,7 @@ def _train_and_evaluate(config, workdir: str, lease: safeguards.WorkdirLease) ->
 
   loader = pipeline.make_train_loader(
       train_source, global_batch_size=config.batch_size,
-      transform=lambda ex: task.preprocess(ex, train=True), seed=config.seed,
+      transform=pipeline.KeyedTransform(task.preprocess_train), seed=config.seed,
       worker_count=config.data.worker_count)
 
   keep = checkpointing.KeepSteps()  # the best step's checkpoint outlives max_to_keep

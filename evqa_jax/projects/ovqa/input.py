@@ -6,6 +6,13 @@ directory also holds vocab.json (train counts, V_train, V_test, the CVQA top-k s
 answer graphs graph_train.npz / graph_test.npz (data_prep/answer_graphs.py: built from GloVe, or the OVQA authors'
 imported with --authors-graph, which carry their own node features; config.graph.source says which).
 
+Video: by the backbone's `video_input`. "features": the record's `video` [T, dim] and `video_mask` [T]. "frames"
+(pixel records, data_prep/ovqa_frames.py: uint8 [T, R, R, 3], R = metadata.json's stored_size): `frames` uint8
+[T, S, S, 3], S = config.data.frame_size, cut from the stored frames at the centre (evaluation, and training with
+config.data.augment = "none") or, in training with augment = "allinone", at a random offset, the same for every frame
+of the clip (All-in-one's RandomCrop), drawn from np.random.default_rng((seed, step, index)): the loader's key
+(evqa_jax.data.pipeline.KeyedTransform), so a resumed run sees the same crops. The model normalises the pixels.
+
 Training scores the [MASK] feature against V_train; evaluation swaps in V_test (and its graph). Both vocabularies
 (and graphs) are padded to one static budget so a single compiled step serves both. The closed heads (cvqa, cvqa_mlp)
 score the top-k train answers in both, and train only on the rows whose answer is among them.
@@ -20,6 +27,10 @@ from evqa_jax import pretrained
 from evqa_jax.data import records
 from evqa_jax.data import source as source_lib
 from evqa_jax.models import verbalizer
+
+
+# config.data.augment values: the train-time frame augmentation of pixel records (module docstring).
+AUGMENTATIONS = ("none", "allinone")
 
 
 def round_up(n: int, multiple: int) -> int:
@@ -48,6 +59,7 @@ class Input:
     if num_frames != config.data.num_frames:
       raise ValueError(f"config.data.num_frames = {config.data.num_frames} but the records in {data_dir} hold "
                        f"{num_frames} frames per video")
+    self._check_video_input(data_dir)
     self.visual_dim = int(self.metadata.get("feature_dim", 768))
     if config.data.use_subtitles and self.metadata.get("has_subtitles") is False:
       raise ValueError(f"config.data.use_subtitles = True but the records in {data_dir} were converted without "
@@ -98,6 +110,34 @@ class Input:
     self._aux_cache = {}
     self._in_vocab = {}  # split -> record positions with an in-vocabulary answer (closed heads)
 
+  def _check_video_input(self, data_dir: str) -> None:
+    """The records' video (metadata.json video_input, frame_size, stored_size) against the backbone and config.data;
+    ValueError naming the key and the file."""
+    dc, where = self.config.data, os.path.join(data_dir, records.METADATA_FILE)
+    augment = dc.get("augment", "none")  # configs saved before pixel backbones have neither key
+    self.video_input = self.metadata.get("video_input", "features")  # records before pixels: features
+    wants = self.backbone.video_input
+    if self.video_input != wants:
+      tool = "data_prep/ovqa_frames.py" if wants == "frames" else "data_prep/ovqa.py"
+      raise ValueError(f"config.model.backbone = {self.config.model.backbone!r} reads video {wants} but {where} has "
+                       f"video_input {self.video_input!r}: convert the dataset with {tool} (or point config.data.dir "
+                       "at such records)")
+    if augment not in AUGMENTATIONS:
+      raise ValueError(f"config.data.augment = {augment!r}: expected one of {AUGMENTATIONS}")
+    self.augment = augment
+    if self.video_input != "frames":
+      if augment != "none":
+        raise ValueError(f"config.data.augment = {augment!r} augments frames, but {where} holds features: use "
+                         "--config.data.augment=none")
+      return
+    self.frame_size = int(self.metadata.get("frame_size", -1))
+    self.stored_size = int(self.metadata.get("stored_size", self.frame_size))
+    if self.frame_size != dc.get("frame_size"):
+      raise ValueError(f"config.data.frame_size = {dc.get('frame_size')} but {where} has frame_size {self.frame_size}: "
+                       "convert again with --frame-size, or set the config to the records'")
+    if self.stored_size < self.frame_size:
+      raise ValueError(f"{where}: stored_size {self.stored_size} < frame_size {self.frame_size}")
+
   def _vocab_budget(self) -> dict:
     """One static budget for V_train and V_test (answers, and graph nodes/edges when a verbalizer is used)."""
     gc = self.config.graph
@@ -120,6 +160,12 @@ class Input:
 
   def source(self, split: str):
     spec = records.load_spec(self.data_dir, split)
+    if self.video_input == "frames":
+      want = (self.config.data.num_frames, self.stored_size, self.stored_size, 3)
+      got = tuple(spec["frames"].shape) if "frames" in spec else None
+      if got != want or spec["frames"].dtype != "uint8":
+        raise ValueError(f"split {split!r} of {self.data_dir}: the records' frames are {got} "
+                         f"{spec['frames'].dtype if got else ''}, metadata.json says uint8 {want}")
     src = source_lib.TFRecordDataSource(records.split_paths(self.data_dir, split), spec,
                                         on_corrupt=self.config.data.on_corrupt)
     if self.closed and split == self.config.data.train_split:
@@ -147,11 +193,23 @@ class Input:
       self._in_vocab[split] = kept
     return self._in_vocab[split]
 
-  def preprocess(self, example: dict, train: bool) -> dict:
-    return {**self.backbone.text_inputs(self, example), **self.video_and_label(example, train)}
+  def preprocess(self, example: dict, train: bool, key: tuple | None = None) -> dict:
+    """One record -> the model's arrays; `key` (seed, step, index): the training loader's, for the augmentation
+    (None: none, e.g. shape probes)."""
+    return {**self.backbone.text_inputs(self, example), **self.video_and_label(example, train, key)}
 
-  def video_and_label(self, example: dict, train: bool) -> dict:
-    """The record's video, video_mask, label (its answer's index in the active vocabulary, -1 outside) and index."""
+  def frames(self, stored: np.ndarray, train: bool, key: tuple | None) -> np.ndarray:
+    """uint8 [T, S, S, 3] cut from the stored frames [T, R, R, 3] (module docstring)."""
+    r, s = self.stored_size, self.frame_size
+    if train and key is not None and self.augment == "allinone":
+      y, x = np.random.default_rng([int(k) for k in key]).integers(0, r - s + 1, size=2)  # their RandomCrop
+    else:
+      y = x = int(round((r - s) / 2.))  # their CenterCrop
+    return np.ascontiguousarray(stored[:, y:y + s, x:x + s])
+
+  def video_and_label(self, example: dict, train: bool, key: tuple | None = None) -> dict:
+    """The record's video (video and video_mask, or frames), label (its answer's index in the active vocabulary, -1
+    outside) and index."""
     answer = str(example["answer"])
     table = self.answer_index_train if train else self.answer_index_eval
     label = table.get(answer, -1)
@@ -159,9 +217,13 @@ class Input:
       vocab = "vocab_cvqa" if self.closed else "V_train"
       raise ValueError(f"record {int(example['index'])} of {self.data_dir}: train answer {answer!r} is not in {vocab} "
                        "of vocab.json (vocabulary and records do not match)")
+    if self.video_input == "frames":
+      video = {"frames": self.frames(np.asarray(example["frames"], np.uint8), train, key)}
+    else:
+      video = {"video": np.asarray(example["video"], np.float32),
+               "video_mask": np.asarray(example["video_mask"], np.int32)}
     return {
-        "video": np.asarray(example["video"], np.float32),
-        "video_mask": np.asarray(example["video_mask"], np.int32),
+        **video,
         "label": np.int32(label),
         "index": np.int32(example["index"]),
     }

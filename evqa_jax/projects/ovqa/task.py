@@ -35,6 +35,9 @@ class Task(base.Task):
   def preprocess(self, example: dict, train: bool) -> dict:
     return self.input.preprocess(example, train)
 
+  def preprocess_train(self, example: dict, key: tuple) -> dict:
+    return self.input.preprocess(example, True, key)
+
   def aux_inputs(self, split: str) -> dict:
     return self.input.aux_inputs(split)
 

@@ -48,6 +48,10 @@ class Backbone(abc.ABC):
   heads: tuple = ()
   #: The Flax module `Model(**config.model, ...)` builds.
   model_class: type = None
+  #: What its model reads of a video: "features" (pre-extracted, records of data_prep/ovqa.py: `video`, `video_mask`)
+  #: or "frames" (pixels, records of data_prep/ovqa_frames.py: `frames` uint8 [T, H, W, 3]); the Input refuses
+  #: records of the other kind.
+  video_input: str = "features"
 
   def __init__(self, config):
     self.config = config

@@ -54,6 +54,7 @@ def tokenize_answers(tokenizer, answers, max_subwords: int, pad_to: int):
 class FrozenBiLM(Backbone):
   """FrozenBiLM+ (head "open", optionally with the GNN verbalizer), its CVQA row ("cvqa") and an MLP ("cvqa_mlp")."""
   title = "FrozenBiLM"
+  video_input = "features"
   heads = model_lib.HEADS
   model_class = model_lib.Model
 

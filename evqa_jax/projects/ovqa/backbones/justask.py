@@ -30,6 +30,7 @@ from evqa_jax.runs import checkpointing
 class JustAsk(Backbone):
   """JustAsk (head "cvqa": its top-k vocabulary) and JustAsk+ (head "open", optionally with the GNN verbalizer)."""
   title = "JustAsk"
+  video_input = "features"
   variant = "justask"
   heads = justask.HEADS
   model_class = justask.Model
