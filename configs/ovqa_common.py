@@ -23,8 +23,14 @@ SHARED_VARIANTS = {"demo", "cvqa", "baseline", "paper", "released", "authors_eps
 VARIANTS = (SHARED_VARIANTS | (set(BACKBONES) - {DEFAULT_BACKBONE})
             | set().union(*(m.OWN_VARIANTS for m in BACKBONES.values())))
 # The built-in synthetic worlds (data_prep/synthetic_ovqa.py PRESETS) -> the records folder each is generated in.
+# The frames* worlds are the default / small worlds as pixels (pixel backbones' demos: FRAME_PRESETS there, 3 frames
+# at 32 x 32 for All-in-one, 5 for VIOLET).
 SYNTHETIC_WORLDS = {"default": "data/synthetic_ovqa/records", "small": "data/synthetic_ovqa_small/records",
-                    "neighbours": "data/synthetic_ovqa_nbr/records", "msrvtt_scale": "data/synthetic_ovqa_msrvtt/records"}
+                    "neighbours": "data/synthetic_ovqa_nbr/records", "msrvtt_scale": "data/synthetic_ovqa_msrvtt/records",
+                    "frames": "data/synthetic_ovqa_frames/records",
+                    "frames_small": "data/synthetic_ovqa_frames_small/records",
+                    "frames_violet": "data/synthetic_ovqa_frames_violet/records",
+                    "frames_violet_small": "data/synthetic_ovqa_frames_violet_small/records"}
 # tiny: a random 2-layer, 32-wide BERT as the text encoder(s) (MiniLM's tokenizer, no weights).
 TINY_BERT = dict(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
                  max_position_embeddings=64)

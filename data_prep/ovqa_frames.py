@@ -264,13 +264,14 @@ class FrameVideos:
                prefetch: Sequence[str] = ()):
     self.index, self.args = index, (num_frames, frame_size, recipe)
     self._cache: collections.OrderedDict = collections.OrderedDict()
-    self._pending = iter(())
+    self._pending, self._pending_ids = iter(()), set()
     self._pool = None
     if workers > 0 and prefetch:
       ids = [v for v in dict.fromkeys(prefetch) if self.index.path(v)]
       self._pool = concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
       self._pending = zip(ids, self._pool.map(_read_task, [(self.index.path(v), *self.args) for v in ids],
                                               chunksize=4))
+      self._pending_ids = set(ids)
 
   def close(self) -> None:
     if self._pool is not None:
@@ -284,17 +285,21 @@ class FrameVideos:
               f"in {self.index.videos_dir} nor one folder below")
     return _read_task((path, *self.args))
 
-  def __call__(self, video_id: str) -> dict:
-    while video_id not in self._cache:
-      got = next(self._pending, None)
-      if got is None:
-        self._cache[video_id] = self._load(video_id)
-        break
-      self._cache[got[0]] = got[1]
+  def _put(self, video_id: str, value) -> None:
+    self._cache[video_id] = value
     self._cache.move_to_end(video_id)
-    value = self._cache[video_id]
     while len(self._cache) > _CACHE_VIDEOS:
       self._cache.popitem(last=False)
+
+  def __call__(self, video_id: str) -> dict:
+    while video_id not in self._cache and video_id in self._pending_ids:  # the workers' results, in order
+      got_id, got = next(self._pending)
+      self._pending_ids.discard(got_id)
+      self._put(got_id, got)
+    if video_id not in self._cache:
+      self._put(video_id, self._load(video_id))
+    self._cache.move_to_end(video_id)
+    value = self._cache[video_id]
     if isinstance(value, tuple):
       raise ovqa.BadRow(value[0], "video_id", f"video id {video_id!r}: {value[1]}")
     return {"frames": value}

@@ -463,7 +463,7 @@ class _World:
     """float16 [T_video, feature_dim] frames showing `answers` (one segment each) plus distractor/background."""
     cfg, rng = self.cfg, self.rng
     parts = [cfg.concept_scale * self.direction[a] + self.type_dir[self.qtype[a]] for a in answers]
-    extras = []
+    extras, extra_parts = [], []
     if rng.random() < cfg.distractor_prob:
       # The k-th seen concept that is not one of `answers` (without listing them all: thousands at MSRVTT scale).
       taken = sorted(self.seen_pos[a] for a in set(answers) if a in self.seen_pos)
@@ -472,10 +472,14 @@ class _World:
         k += pos <= k
       d = self.seen[k]
       extras.append(cfg.distractor_scale * cfg.concept_scale * self.direction[d])
+      extra_parts.append(("distractor", d))
     if rng.random() < cfg.background_prob:
       extras.append(np.zeros(cfg.feature_dim, np.float32))
+      extra_parts.append(("background", None))
     t_video = int(rng.integers(cfg.min_video_frames, cfg.max_video_frames + 1))
     lengths, num_extra = _segments(rng, t_video, len(parts), len(extras), cfg.num_frames)
+    # What the clip shows, for the pixel renderer (FrameRenderer): the answers, then the extras that fit.
+    self.last_parts = [("qa", a) for a in answers] + extra_parts[:num_extra]
     parts = parts + extras[:num_extra]
     order = rng.permutation(len(parts))
     frames = np.concatenate([np.repeat(parts[k][None], lengths[k], axis=0) for k in order])
@@ -495,8 +499,105 @@ class _World:
     return text
 
 
-def generate_raw(raw_dir: str, cfg: WorldConfig) -> dict:
-  """Writes the world's release-format files into raw_dir; returns the world description (also world.json)."""
+@dataclasses.dataclass(frozen=True)
+class FramesConfig:
+  """The world seen as pixels (`--frames`): each clip also written as a real video file in a dataset's layout and
+  converted with data_prep/ovqa_frames.py (its `dataset`, `recipe`, `num_frames`, `frame_size`) instead of the
+  features. The CSVs, subtitles and features are the same world's (FrameRenderer draws from its own seed stream)."""
+
+  dataset: str = "msrvtt"       # the file naming and container: msrvtt .mp4, msvd .avi, tgif .gif, activitynet .mp4
+  recipe: str = "allinone"      # data_prep/ovqa_frames.py --recipe (frame indices and resize)
+  num_frames: int = 3           # the records' T (All-in-one's 3)
+  frame_size: int = 32          # the model's S (records hold R = int(1.2 S) for allinone)
+  video_size: int = 48          # side of the written video frames (even: yuv420p)
+  grid: int = 4                 # a concept is a grid x grid pattern of colour cells
+  contrast: float = 40.0        # cell colour = 128 + contrast * (unit pattern * sqrt(cells))
+  border: int = 4               # question type: a border of this many pixels in the type's colour
+  noise: float = 6.0            # per-pixel Gaussian noise (std, in 0-255 units)
+  fps: int = 10
+
+
+class FrameRenderer:
+  """Pixel clips of the world (FramesConfig). A concept c is a grid of colour cells, 128 + contrast * sqrt(cells) *
+  unit(P d_c), with d_c the concept's direction of the feature world (unit(M (g_c - g_mean)), so the GloVe word
+  vector still determines the pixels and an unseen answer stays predictable from its word) and P a fixed random
+  map; a QA segment has a border in its question type's colour (the feature world's type direction), a distractor
+  is its concept's pattern at distractor_scale contrast without border, a background frame is grey. A small white
+  square moves across every clip (per-frame motion that carries no answer), plus pixel noise.
+
+  The clip's frames are laid out so that the converter's sampled frames (data_prep/ovqa_frames.sample_indices of the
+  recipe) show each question's concept: each of the T sampled slots shows one part (every answer one slot at least,
+  then the extras, then answers again), and every frame shows the part of its nearest sampled frame."""
+
+  def __init__(self, world: "_World", fc: FramesConfig):
+    from data_prep import ovqa_frames  # pylint: disable=g-import-not-at-top
+    if fc.recipe not in ovqa_frames.RECIPES or fc.dataset not in ovqa_frames.DATASET_EXTENSIONS:
+      raise ValueError(f"FramesConfig: recipe {fc.recipe!r} / dataset {fc.dataset!r}: expected one of "
+                       f"{ovqa_frames.RECIPES} / {tuple(ovqa_frames.DATASET_EXTENSIONS)}")
+    if world.cfg.max_questions_per_video > fc.num_frames:
+      raise ValueError(f"FramesConfig.num_frames = {fc.num_frames} < max_questions_per_video = "
+                       f"{world.cfg.max_questions_per_video}: a clip's questions need a sampled frame each")
+    if fc.video_size % fc.grid or fc.video_size % 2:
+      raise ValueError(f"FramesConfig.video_size = {fc.video_size}: must be even and a multiple of grid = {fc.grid}")
+    self.world, self.fc = world, fc
+    map_ss, draw_ss = np.random.SeedSequence(world.cfg.seed, spawn_key=(2,)).spawn(2)  # not the features' streams
+    map_rng = np.random.default_rng(map_ss)
+    self.rng = np.random.default_rng(draw_ss)
+    cells = fc.grid * fc.grid * 3
+    proj = map_rng.standard_normal((world.cfg.feature_dim, cells)).astype(np.float32)
+    self.pattern = {}
+    for w in world.concepts:
+      v = world.direction[w] @ proj
+      self.pattern[w] = (v / np.linalg.norm(v) * np.sqrt(cells)).reshape(fc.grid, fc.grid, 3)
+    self.type_colour = map_rng.integers(0, 256, (len(QUESTION_TYPES), 3)).astype(np.float32)
+    self.sample_indices = ovqa_frames.sample_indices
+    self.extension = ovqa_frames.DATASET_EXTENSIONS[fc.dataset][0]
+
+  def file_name(self, video_id: str) -> str:
+    """The video's file under raw/videos/ in the dataset's naming (ActivityNet: v_<id>)."""
+    return ("v_" if self.fc.dataset == "activitynet" else "") + video_id + self.extension
+
+  def _image(self, part) -> np.ndarray:
+    fc, cfg = self.fc, self.world.cfg
+    img = np.full((fc.video_size, fc.video_size, 3), 128.0, np.float32)
+    kind, word = part
+    if kind == "background":
+      return img
+    scale = fc.contrast * (cfg.distractor_scale if kind == "distractor" else 1.0)
+    cell = fc.video_size // fc.grid
+    img += scale * np.repeat(np.repeat(self.pattern[word], cell, axis=0), cell, axis=1)
+    if kind == "qa":
+      b, colour = fc.border, self.type_colour[self.world.qtype[word]]
+      img[:b], img[-b:], img[:, :b], img[:, -b:] = colour, colour, colour, colour
+    return img
+
+  def video(self, parts) -> np.ndarray:
+    """uint8 [n, video_size, video_size, 3] frames of a clip showing `parts` (`_World.last_parts`)."""
+    fc, cfg, rng = self.fc, self.world.cfg, self.rng
+    n = int(rng.integers(max(cfg.min_video_frames, fc.num_frames), max(cfg.max_video_frames, fc.num_frames) + 1))
+    sampled = np.asarray(self.sample_indices(n, fc.num_frames, fc.recipe))
+    num_qa = sum(p[0] == "qa" for p in parts)
+    fill = list(parts) + [parts[int(k)] for k in rng.integers(0, num_qa, max(0, fc.num_frames - len(parts)))]
+    slot_part = [fill[k] for k in rng.permutation(fc.num_frames)] if len(fill) == fc.num_frames else None
+    if slot_part is None:  # more parts than slots: every answer a slot, extras in the rest
+      rest = [p for p in parts if p[0] != "qa"][:fc.num_frames - num_qa]
+      chosen = [p for p in parts if p[0] == "qa"] + rest
+      slot_part = [chosen[k] for k in rng.permutation(len(chosen))]
+    images = [self._image(p) for p in slot_part]
+    slot_of = np.abs(np.arange(n)[:, None] - sampled[None, :]).argmin(axis=1)
+    frames = np.stack([images[j] for j in slot_of])
+    size, box = fc.video_size, max(2, fc.video_size // 8)
+    start, step = rng.integers(0, size, 2), rng.integers(-3, 4, 2)
+    for f in range(n):
+      y, x = (start + f * step) % (size - box)
+      frames[f, y:y + box, x:x + box] = 255.0
+    frames += rng.standard_normal(frames.shape).astype(np.float32) * fc.noise
+    return np.clip(np.rint(frames), 0, 255).astype(np.uint8)
+
+
+def generate_raw(raw_dir: str, cfg: WorldConfig, frames: FramesConfig | None = None) -> dict:
+  """Writes the world's release-format files into raw_dir; returns the world description (also world.json). With
+  `frames`, also each clip as a video file in raw_dir/videos/ (FrameRenderer)."""
   for name in ("num_train", "num_test"):
     if getattr(cfg, name) < 1:
       raise ValueError(f"WorldConfig.{name} must be >= 1, got {getattr(cfg, name)}")
@@ -506,6 +607,7 @@ def generate_raw(raw_dir: str, cfg: WorldConfig) -> dict:
     raise ValueError(f"need 1 <= min_video_frames ({cfg.min_video_frames}) <= max_video_frames "
                      f"({cfg.max_video_frames})")
   world = _World(cfg)
+  renderer = FrameRenderer(world, frames) if frames else None
   features, subtitles = {}, {}
   next_video, next_id = 0, 0
   os.makedirs(raw_dir, exist_ok=True)
@@ -522,6 +624,10 @@ def generate_raw(raw_dir: str, cfg: WorldConfig) -> dict:
       next_video += 1
       video_answers = [answers[i] for i in members]
       features[video_id] = world.video(video_answers)
+      if renderer:
+        from data_prep import ovqa_frames  # pylint: disable=g-import-not-at-top
+        ovqa_frames.write_video(os.path.join(raw_dir, "videos", renderer.file_name(video_id)),
+                                renderer.video(world.last_parts), fps=frames.fps)
       sub = world.subtitle(video_answers)
       if sub is not None:
         subtitles[video_id] = sub
@@ -544,25 +650,40 @@ def generate_raw(raw_dir: str, cfg: WorldConfig) -> dict:
                     "rank": i, "heldout": w in set(world.heldout)} for i, w in enumerate(world.concepts)],
       "num_videos": next_video,
   }
+  if frames:
+    info["frames"] = dataclasses.asdict(frames)
   evqa_io.write_json(os.path.join(raw_dir, "world.json"), info, indent=1)
   return info
 
 
-def build(out_dir: str, cfg: WorldConfig, verbose: bool = True) -> dict:
-  """Generates DIR/raw and converts it into DIR/records; returns {"raw_dir", "records_dir", "table1"}."""
+def build(out_dir: str, cfg: WorldConfig, verbose: bool = True, frames: FramesConfig | None = None) -> dict:
+  """Generates DIR/raw and converts it into DIR/records (from the features, or with `frames` from the video files:
+  pixel records); returns {"raw_dir", "records_dir", "table1"}."""
   raw_dir = os.path.join(out_dir, "raw")
   records_dir = os.path.join(out_dir, "records")
-  generate_raw(raw_dir, cfg)
-  ovqa.convert(raw_dir, os.path.join(raw_dir, "features.npz"), records_dir,
-               subtitles=os.path.join(raw_dir, "subtitles.json") if cfg.subtitles else None,
-               num_frames=cfg.num_frames, feature_dim=cfg.feature_dim, cvqa_topk=cfg.cvqa_topk, verbose=verbose)
+  generate_raw(raw_dir, cfg, frames)
+  subtitles = os.path.join(raw_dir, "subtitles.json") if cfg.subtitles else None
+  if frames:
+    from data_prep import ovqa_frames  # pylint: disable=g-import-not-at-top
+    ovqa_frames.convert(raw_dir, os.path.join(raw_dir, "videos"), records_dir, dataset=frames.dataset,
+                        num_frames=frames.num_frames, frame_size=frames.frame_size, recipe=frames.recipe,
+                        subtitles=subtitles, cvqa_topk=cfg.cvqa_topk, verbose=verbose)
+  else:
+    ovqa.convert(raw_dir, os.path.join(raw_dir, "features.npz"), records_dir, subtitles=subtitles,
+                 num_frames=cfg.num_frames, feature_dim=cfg.feature_dim, cvqa_topk=cfg.cvqa_topk, verbose=verbose)
   table = answer_stats.table1_from_dir(records_dir)
   if verbose:
     print(answer_stats.format_table1(table))
   return {"raw_dir": raw_dir, "records_dir": records_dir, "table1": table}
 
 
-PRESETS = {"default": {}, "small": SMALL, "msrvtt_scale": msrvtt_scale(), "neighbours": {"video_direction": "neighbours"}}
+PRESETS = {"default": {}, "small": SMALL, "msrvtt_scale": msrvtt_scale(), "neighbours": {"video_direction": "neighbours"},
+           "frames": {}, "frames_small": SMALL, "frames_violet": {}, "frames_violet_small": SMALL}
+# The pixel worlds (the default / small worlds seen as pixels): All-in-one's 3 frames, VIOLET's 5 (its
+# pytorch_violet default), at 32 x 32.
+FRAME_PRESETS = {"frames": FramesConfig(), "frames_small": FramesConfig(),
+                 "frames_violet": FramesConfig(recipe="violet", num_frames=5),
+                 "frames_violet_small": FramesConfig(recipe="violet", num_frames=5)}
 
 
 def ensure_world(world_dir: str, preset: str = "default", graphs: bool = True, verbose: bool = True) -> str:
@@ -578,7 +699,7 @@ def ensure_world(world_dir: str, preset: str = "default", graphs: bool = True, v
     if not os.path.exists(os.path.join(records_dir, ovqa.VOCAB_FILE)):
       if verbose:
         print(f"building the synthetic OVQA world ({preset}) in {world_dir}")
-      build(world_dir, WorldConfig(**PRESETS[preset]), verbose=verbose)
+      build(world_dir, WorldConfig(**PRESETS[preset]), verbose=verbose, frames=FRAME_PRESETS.get(preset))
     if graphs and not all(os.path.exists(os.path.join(records_dir, f"graph_{s}.npz")) for s in ("train", "test")):
       from data_prep import answer_graphs  # pylint: disable=g-import-not-at-top
       answer_graphs.main(["--data", records_dir])
@@ -593,6 +714,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                       help="MSRVTT-QA-sized vocabulary: 4,000 train + 1,600 test-only answers (msrvtt_scale())")
   parser.add_argument("--no-subtitles", action="store_true")
   parser.add_argument("--cover-all", action="store_true", help="every seen / held-out concept in train / test")
+  parser.add_argument("--frames", action="store_true",
+                      help="the world as pixels: video files in raw/videos/ converted by data_prep.ovqa_frames "
+                           "(FramesConfig; its fields as --frames-<field>)")
+  for field in dataclasses.fields(FramesConfig):
+    parser.add_argument("--frames-" + field.name.replace("_", "-"), type=type(getattr(FramesConfig(), field.name)),
+                        default=None, help=f"default {getattr(FramesConfig(), field.name)}")
   parser.add_argument("--graphs", action="store_true",
                       help="also build the answer graphs (python -m data_prep.answer_graphs --data DIR/records)")
   defaults = WorldConfig()
@@ -611,7 +738,11 @@ def main(argv: Sequence[str] | None = None) -> int:
       values[field.name] = given
   values["subtitles"] = not args.no_subtitles
   values["cover_all"] = args.cover_all or values.get("cover_all", False)
-  result = build(args.out, WorldConfig(**values))
+  frames = None
+  if args.frames:
+    frames = FramesConfig(**{f.name: getattr(args, "frames_" + f.name) for f in dataclasses.fields(FramesConfig)
+                             if getattr(args, "frames_" + f.name) is not None})
+  result = build(args.out, WorldConfig(**values), frames=frames)
   if args.graphs:
     from data_prep import answer_graphs  # pylint: disable=g-import-not-at-top
     answer_graphs.main(["--data", result["records_dir"]])

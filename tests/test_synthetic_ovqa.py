@@ -236,3 +236,32 @@ def test_neighbours_world_shows_the_mean_of_the_graph_words():
   assert world.num_without_neighbours < len(world.concepts) // 10
   with pytest.raises(ValueError, match="video_direction='glove'"):
     so._World(so.WorldConfig(**so.SMALL, video_direction="glove"))
+
+
+def test_frames_world_same_rows_and_pixels_show_the_answers(tmp_path):
+  """--frames: the same world's CSVs, subtitles and features byte for byte (the renderer draws from its own seed
+  stream), its clips as real mp4 files converted to pixel records, in which a sampled frame of every row shows its
+  answer's colour pattern (decoded by the nearest pattern among all concepts at the cell centres)."""
+  cfg = so.WorldConfig(**{**so.SMALL, "num_train": 30, "num_val": 0, "num_test": 12})
+  fc = so.FramesConfig()
+  so.build(str(tmp_path / "frames"), cfg, verbose=False, frames=fc)
+  so.generate_raw(str(tmp_path / "features/raw"), cfg)
+  for name in ("train.csv", "test.csv", "subtitles.json", "features.npz"):
+    assert (tmp_path / "frames/raw" / name).read_bytes() == (tmp_path / "features/raw" / name).read_bytes(), name
+  meta = records.load_metadata(str(tmp_path / "frames/records"))
+  assert (meta["video_input"], meta["num_frames"], meta["frame_size"], meta["stored_size"]) == ("frames", 3, 32, 38)
+  renderer = so.FrameRenderer(so._World(cfg), fc)
+  words = list(renderer.pattern)
+  patterns = np.stack([renderer.pattern[w].ravel() for w in words])
+  centres = ((np.arange(fc.grid) + 0.5) * 38 / fc.grid).astype(int)
+  for split in ("train", "test"):
+    src = TFRecordDataSource(records.split_paths(str(tmp_path / "frames/records"), split),
+                             records.load_spec(str(tmp_path / "frames/records"), split))
+    hits = 0
+    for i in range(len(src)):
+      ex = src[i]
+      assert ex["frames"].shape == (3, 38, 38, 3)
+      cells = np.median(np.stack([ex["frames"][:, centres + dy][:, :, centres + dx] for dy in (-1, 0, 1)
+                                  for dx in (-1, 0, 1)]), axis=0).reshape(3, -1) - 128.0
+      hits += str(ex["answer"]) in {words[k] for k in np.argmax(cells @ patterns.T, axis=1)}
+    assert hits >= 0.9 * len(src), (split, hits, len(src))
