@@ -33,10 +33,15 @@ Frames (--recipe; T = --num-frames, S = --frame-size, n = the video's decoded fr
             resized to S x S (PIL bilinear). R = S: no augmentation (their fine-tuning has none). Their frames pass
             through JPEG once; these do not.
 
-Output: data_prep/ovqa.py's layout; the record holds `frames` instead of `video` / `video_mask`:
-  frames   uint8 [T, R, R, 3]  RGB, the sampled frames after the recipe's resize (R = metadata "stored_size")
+Output: data_prep/ovqa.py's layout; the record holds the frames instead of `video` / `video_mask`:
+  frames            uint8 [T, R, R, 3]  RGB, the sampled frames after the recipe's resize (R = metadata
+                                        "stored_size"), with --frame-format raw (the default); with jpeg instead
+  frames_jpeg       uint8 [N]           the T frames as JPEG files (--jpeg-quality, PIL), back to back
+  frames_jpeg_ends  int64 [T]           the end offset of each (the Input decodes them to `frames`)
 metadata.json adds "video_input": "frames", "num_frames": T, "frame_size": S (what the model sees), "stored_size": R,
-"frame_recipe", "frame_indices" ("segment middles" or "violet"), "dataset".
+"frame_recipe", "frame_indices" ("segment middles" or "violet"), "frame_format", "jpeg_quality", "dataset".
+Raw frames take T * R * R * 3 bytes per CSV row (3 frames at R = 268: 646 kB a row, 102 GB for MSRVTT-QA's 158,581
+train rows); --frame-format jpeg stores them compressed (lossy, decoded by the input).
 
 Bad rows (besides data_prep/ovqa.py's): missing_video (no file for the id), bad_video (unreadable, no video stream,
 no frame decoded), short_video (fewer than T frames): an error naming the CSV row, the id and the file, or with
@@ -59,6 +64,7 @@ import numpy as np
 from evqa_jax import cli
 from evqa_jax import io as evqa_io
 from evqa_jax import settings
+from evqa_jax.data import frames as frames_lib
 from evqa_jax.data.example import Feature
 from data_prep import common
 from data_prep import ovqa
@@ -66,6 +72,7 @@ from data_prep import ovqa
 DATASET_EXTENSIONS = {"msvd": (".avi",), "msrvtt": (".mp4",), "tgif": (".gif",),
                       "activitynet": (".mp4", ".mkv", ".webm")}
 RECIPES = ("allinone", "violet")
+FRAME_FORMATS = ("raw", "jpeg")
 ALLINONE_SQUASH = 512  # their decord reader's width and height
 ALLINONE_RESIZE = 1.2  # their Resize(int(crop_size * 1.2))
 _CACHE_VIDEOS = 256
@@ -153,8 +160,9 @@ def decode_frames(path: str, indices_of) -> tuple[list[int], list[np.ndarray]]:
   raise ovqa.BadRow("bad_video", "video_id", f"{path}: decodes to a different number of frames on each pass")
 
 
-def read_video(path: str, num_frames: int, frame_size: int, recipe: str) -> np.ndarray:
-  """uint8 [T, R, R, 3]: the recipe's frames of the video file `path` (module docstring); ovqa.BadRow otherwise."""
+def read_video(path: str, num_frames: int, frame_size: int, recipe: str, jpeg_quality: int = 0):
+  """uint8 [T, R, R, 3]: the recipe's frames of the video file `path` (module docstring), or with `jpeg_quality`
+  their encode_jpeg fields; ovqa.BadRow otherwise."""
   def indices_of(n: int) -> list[int]:
     if n < num_frames:
       raise ovqa.BadRow("short_video", "video_id", f"{path}: {n} frame(s), fewer than --num-frames {num_frames}")
@@ -162,11 +170,13 @@ def read_video(path: str, num_frames: int, frame_size: int, recipe: str) -> np.n
 
   _, frames = decode_frames(path, indices_of)
   squash = not path.lower().endswith(".gif")
-  return np.stack([resize_frame(f, recipe, frame_size, squash) for f in frames])
+  out = np.stack([resize_frame(f, recipe, frame_size, squash) for f in frames])
+  return frames_lib.encode_jpeg(out, jpeg_quality) if jpeg_quality else out
 
 
-def _read_task(args) -> np.ndarray | tuple[str, str]:
-  """read_video in a worker process: the frames, or (reason, message) (a BadRow does not pickle)."""
+def _read_task(args):
+  """read_video in a worker process: the frames (or their JPEG fields), or (reason, message) (a BadRow does not
+  pickle)."""
   try:
     return read_video(*args)
   except ovqa.BadRow as bad:
@@ -257,12 +267,13 @@ class VideoIndex:
 
 
 class FrameVideos:
-  """video_id -> {"frames": uint8 [T, R, R, 3]} for ovqa.convert_with, decoded ahead in `workers` processes (in the
-  order of `prefetch`, the ids' first appearance in the CSVs) or here; results of recent videos kept."""
+  """video_id -> {"frames": uint8 [T, R, R, 3]} (or with `jpeg_quality` the encode_jpeg fields) for
+  ovqa.convert_with, decoded ahead in `workers` processes (in the order of `prefetch`, the ids' first appearance in
+  the CSVs) or here; results of recent videos kept."""
 
   def __init__(self, index: VideoIndex, num_frames: int, frame_size: int, recipe: str, workers: int = 0,
-               prefetch: Sequence[str] = ()):
-    self.index, self.args = index, (num_frames, frame_size, recipe)
+               prefetch: Sequence[str] = (), jpeg_quality: int = 0):
+    self.index, self.args = index, (num_frames, frame_size, recipe, jpeg_quality)
     self._cache: collections.OrderedDict = collections.OrderedDict()
     self._pending, self._pending_ids = iter(()), set()
     self._pool = None
@@ -281,8 +292,9 @@ class FrameVideos:
     path = self.index.path(video_id)
     if path is None:
       names = ", ".join(repr(n) for n in dict.fromkeys(self.index.candidates(video_id)))
-      return ("missing_video", f"no {self.index.dataset} video {names} ({'/'.join(DATASET_EXTENSIONS[self.index.dataset])}) "
-              f"in {self.index.videos_dir} nor one folder below")
+      exts = "/".join(DATASET_EXTENSIONS[self.index.dataset])
+      return ("missing_video", f"no {self.index.dataset} video {names} ({exts}) in {self.index.videos_dir} nor one "
+              "folder below")
     return _read_task((path, *self.args))
 
   def _put(self, video_id: str, value) -> None:
@@ -302,13 +314,17 @@ class FrameVideos:
     value = self._cache[video_id]
     if isinstance(value, tuple):
       raise ovqa.BadRow(value[0], "video_id", f"video id {video_id!r}: {value[1]}")
-    return {"frames": value}
+    return value if isinstance(value, dict) else {"frames": value}
 
 
-def record_spec(num_frames: int, size: int) -> dict[str, Feature]:
-  """The feature spec of a pixel record: data_prep/ovqa.py's, with `frames` uint8 [T, R, R, 3] for the video."""
+def record_spec(num_frames: int, size: int, frame_format: str = "raw") -> dict[str, Feature]:
+  """The feature spec of a pixel record: data_prep/ovqa.py's, with the frames for the video (module docstring)."""
   spec = {k: v for k, v in ovqa.record_spec(num_frames, 1).items() if k not in ("video", "video_mask")}
-  spec["frames"] = Feature("uint8", (num_frames, size, size, 3))
+  if frame_format == "jpeg":
+    spec["frames_jpeg"] = Feature("uint8", (None,))
+    spec["frames_jpeg_ends"] = Feature("int64", (num_frames,))
+  else:
+    spec["frames"] = Feature("uint8", (num_frames, size, size, 3))
   return spec
 
 
@@ -326,7 +342,8 @@ def _csv_video_ids(csv_dir: str) -> list[str]:
 
 
 def convert(csv_dir: str, videos_dir: str, out_dir: str, *, dataset: str, num_frames: int = 3, frame_size: int = 224,
-            recipe: str = "allinone", video_map: str | None = None, workers: int = 0, **kwargs) -> dict:
+            recipe: str = "allinone", video_map: str | None = None, workers: int = 0, frame_format: str = "raw",
+            jpeg_quality: int = 95, **kwargs) -> dict:
   """Converts the CSVs of `csv_dir` with the videos of `videos_dir` into pixel records at `out_dir` (module
   docstring); `kwargs`: ovqa.convert_with's (subtitles, cvqa_topk, skip_bad, num_shards, authors_vocab, ...).
   Returns the "conversion" summary; nothing is left at `out_dir` when it raises."""
@@ -336,18 +353,22 @@ def convert(csv_dir: str, videos_dir: str, out_dir: str, *, dataset: str, num_fr
     raise ovqa.ConversionError(f"--recipe {recipe!r}: expected one of {RECIPES}")
   if num_frames < 1 or frame_size < 1:
     raise ovqa.ConversionError(f"--num-frames ({num_frames}) and --frame-size ({frame_size}) must be >= 1")
+  if frame_format not in FRAME_FORMATS or not 1 <= jpeg_quality <= 100:
+    raise ovqa.ConversionError(f"--frame-format {frame_format!r} / --jpeg-quality {jpeg_quality}: expected one of "
+                               f"{FRAME_FORMATS} / 1..100")
   size = stored_size(frame_size, recipe)
+  quality = jpeg_quality if frame_format == "jpeg" else 0
 
   @contextlib.contextmanager
   def frame_videos():
     index = VideoIndex(videos_dir, dataset, read_video_map(video_map) if video_map else None)
     videos = FrameVideos(index, num_frames, frame_size, recipe, workers,
-                         _csv_video_ids(csv_dir) if workers > 0 else ())
+                         _csv_video_ids(csv_dir) if workers > 0 else (), quality)
     try:
-      yield (record_spec(num_frames, size), videos,
+      yield (record_spec(num_frames, size, frame_format), videos,
              dict(video_input="frames", num_frames=num_frames, frame_size=frame_size, stored_size=size,
                   frame_recipe=recipe, frame_indices="segment middles" if recipe == "allinone" else "violet",
-                  dataset=dataset))
+                  frame_format=frame_format, jpeg_quality=quality or None, dataset=dataset))
     finally:
       videos.close()
 
@@ -379,6 +400,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                       help="closed vocabulary size (0 = all train answers; default: --dataset's)")
   parser.add_argument("--skip-bad", action="store_true", help="skip and count bad rows instead of failing")
   parser.add_argument("--num-shards", type=settings.arg(settings.POSITIVE_INT, "--num-shards"), default=None)
+  parser.add_argument("--frame-format", choices=FRAME_FORMATS, default="raw",
+                      help="raw uint8 frames, or JPEG files (about 10x smaller; decoded by the input)")
+  parser.add_argument("--jpeg-quality", type=settings.arg(settings.Num(1, 100, integer=True), "--jpeg-quality"),
+                      default=95)
   parser.add_argument("--workers", type=settings.arg(settings.COUNT, "--workers"), default=0,
                       help="decoding processes (0: decode in this process)")
   common.add_trust_pickles(parser)
@@ -395,6 +420,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   evqa_io.check_args(args, ["out"])  # no input may be inside --out
   convert(args.csv_dir, args.videos, args.out, dataset=args.dataset, num_frames=args.num_frames,
           frame_size=args.frame_size, recipe=args.recipe, video_map=args.video_map, workers=args.workers,
+          frame_format=args.frame_format, jpeg_quality=args.jpeg_quality,
           subtitles=args.subtitles, cvqa_topk=args.cvqa_topk, skip_bad=args.skip_bad, num_shards=args.num_shards,
           trust_pickles=args.trust_pickles, authors_vocab=args.authors_vocab, cvqa_vocab=args.cvqa_vocab)
   from data_prep import answer_stats

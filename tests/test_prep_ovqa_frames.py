@@ -221,3 +221,28 @@ def test_augmentation_deterministic_and_resumed(frame_records):
   # no augmentation without a key (shape probes) nor with augment "none": the centre crop
   plain = input_lib.Input(_config(frame_records), "open", _Frames())
   np.testing.assert_array_equal(plain.preprocess(src[0], True, (7, 3, 0))["frames"], ev["frames"])
+
+
+def test_jpeg_frames(release, frame_records, tmp_path):
+  """--frame-format jpeg: the input decodes to exactly PIL's JPEG round trip of the raw records' frames; damaged
+  fields are one error naming the record."""
+  from evqa_jax.data import frames as frames_lib
+  out = tmp_path / "jpeg"
+  _convert(release, "msrvtt", out, frame_format="jpeg", jpeg_quality=90)
+  meta = records.load_metadata(str(out))
+  assert (meta["frame_format"], meta["jpeg_quality"]) == ("jpeg", 90)
+  raw = input_lib.Input(_config(frame_records), "open", _Frames())
+  jpeg = input_lib.Input(_config(str(out)), "open", _Frames())
+  raw_src, jpeg_src = raw.source("test"), jpeg.source("test")
+  for i in range(len(raw_src)):
+    stored = np.asarray(raw_src[i]["frames"])
+    want = frames_lib.decode_jpeg(frames_lib.encode_jpeg(stored, 90), "x")
+    assert np.abs(want.astype(int) - stored).mean() < 3  # a lossy copy of the same frames
+    np.testing.assert_array_equal(jpeg.preprocess(jpeg_src[i], train=False)["frames"], want[:, 2:18, 2:18])
+  bad = dict(jpeg_src[0], frames_jpeg_ends=np.asarray([5, 3, 1]), index=0)
+  with pytest.raises(ValueError, match=r"record 0 of .*jpeg: frames_jpeg_ends \[5, 3, 1\] do not cut"):
+    jpeg.preprocess(bad, train=False)
+  ex = jpeg_src[0]
+  junk = dict(ex, frames_jpeg=np.zeros_like(ex["frames_jpeg"]))
+  with pytest.raises(ValueError, match="field 'frames_jpeg' does not decode as 3 JPEG frames"):
+    jpeg.preprocess(junk, train=False)

@@ -162,10 +162,13 @@ class Input:
     spec = records.load_spec(self.data_dir, split)
     if self.video_input == "frames":
       want = (self.config.data.num_frames, self.stored_size, self.stored_size, 3)
-      got = tuple(spec["frames"].shape) if "frames" in spec else None
-      if got != want or spec["frames"].dtype != "uint8":
-        raise ValueError(f"split {split!r} of {self.data_dir}: the records' frames are {got} "
-                         f"{spec['frames'].dtype if got else ''}, metadata.json says uint8 {want}")
+      if "frames_jpeg" in spec:  # JPEG frames (data_prep/ovqa_frames.py --frame-format jpeg): checked when decoded
+        got, want = tuple(spec["frames_jpeg_ends"].shape), (self.config.data.num_frames,)
+      else:
+        got = tuple(spec["frames"].shape) if "frames" in spec and spec["frames"].dtype == "uint8" else None
+      if got != want:
+        raise ValueError(f"split {split!r} of {self.data_dir}: the records' frames are {got}, metadata.json says "
+                         f"uint8 {want}")
     src = source_lib.TFRecordDataSource(records.split_paths(self.data_dir, split), spec,
                                         on_corrupt=self.config.data.on_corrupt)
     if self.closed and split == self.config.data.train_split:
@@ -218,7 +221,17 @@ class Input:
       raise ValueError(f"record {int(example['index'])} of {self.data_dir}: train answer {answer!r} is not in {vocab} "
                        "of vocab.json (vocabulary and records do not match)")
     if self.video_input == "frames":
-      video = {"frames": self.frames(np.asarray(example["frames"], np.uint8), train, key)}
+      if "frames_jpeg" in example:
+        from evqa_jax.data import frames as frames_lib  # pylint: disable=g-import-not-at-top
+        where = f"record {int(example['index'])} of {self.data_dir}"
+        stored = frames_lib.decode_jpeg(example, where)
+        r = self.stored_size
+        if stored.shape != (self.config.data.num_frames, r, r, 3):
+          raise ValueError(f"{where}: field 'frames_jpeg' decodes to {list(stored.shape)}, metadata.json says "
+                           f"[{self.config.data.num_frames}, {r}, {r}, 3]")
+      else:
+        stored = np.asarray(example["frames"], np.uint8)
+      video = {"frames": self.frames(stored, train, key)}
     else:
       video = {"video": np.asarray(example["video"], np.float32),
                "video_mask": np.asarray(example["video_mask"], np.int32)}
