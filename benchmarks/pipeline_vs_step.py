@@ -26,7 +26,7 @@ def pipeline_rate(bench, workers: int, batches: int) -> float:
   from evqa_jax.data import pipeline
   task, config = bench.task, bench.config
   loader = pipeline.make_train_loader(bench.source, global_batch_size=config.batch_size,
-                                      transform=lambda ex: task.preprocess(ex, train=True), seed=1,
+                                      transform=pipeline.KeyedTransform(task.preprocess_train), seed=1,
                                       worker_count=workers)
   with iter(loader) as it:
     next(it)  # worker start-up is not the steady state

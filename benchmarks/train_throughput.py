@@ -93,7 +93,7 @@ class Bench:
                                    step_aux.shardings)
     self.source = self.task.source(config.data.train_split)
     loader = pipeline.make_train_loader(self.source, global_batch_size=config.batch_size,
-                                        transform=lambda ex: self.task.preprocess(ex, train=True), seed=0)
+                                        transform=pipeline.KeyedTransform(self.task.preprocess_train), seed=0)
     it = iter(loader)
     self.host_batches = [next(it) for _ in range(num_batches)]
     it.close()

@@ -679,8 +679,8 @@ def build(out_dir: str, cfg: WorldConfig, verbose: bool = True, frames: FramesCo
 
 PRESETS = {"default": {}, "small": SMALL, "msrvtt_scale": msrvtt_scale(),
            "neighbours": {"video_direction": "neighbours"}, "frames": {}, "frames_small": SMALL, "frames_violet": {}, "frames_violet_small": SMALL}
-# The pixel worlds (the default / small worlds seen as pixels): All-in-one's 3 frames, VIOLET's 5 (its
-# pytorch_violet default), at 32 x 32.
+# The pixel worlds (the default / small worlds seen as pixels): All-in-one's 3 frames, VIOLET's 5 (its README:
+# "5 frames for downstream tasks"), at 32 x 32.
 FRAME_PRESETS = {"frames": FramesConfig(), "frames_small": FramesConfig(),
                  "frames_violet": FramesConfig(recipe="violet", num_frames=5),
                  "frames_violet_small": FramesConfig(recipe="violet", num_frames=5)}

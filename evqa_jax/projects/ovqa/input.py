@@ -40,13 +40,19 @@ def round_up(n: int, multiple: int) -> int:
 class Input:
   """Reads config.data.dir: `source`, `preprocess`, `aux_inputs` (answer vocabulary, graph) for the trainer."""
 
+  #: The records' video (metadata.json video_input; records without the key hold features).
+  video_input = "features"
+
   def __init__(self, config, head: str, backbone):
     self.config = config
     self.backbone = backbone  # backbones.Backbone: the question's and the answers' tokens
     data_dir = os.path.expanduser(config.data.dir)
     self.data_dir = data_dir
-    records.require_records(config, "OVQA", "python -m data_prep.ovqa --csv-dir <dataset>/ --features "
-                            f"<dataset>/clipvitl14.pth --out {data_dir}\n  python data_prep/answer_graphs.py --data "
+    convert = ("python -m data_prep.ovqa_frames --csv-dir <dataset>/ --videos <dataset videos>/ --dataset <name> "
+               f"--num-frames {config.data.num_frames} --frame-size {config.data.get('frame_size')}"
+               if backbone.video_input == "frames" else
+               "python -m data_prep.ovqa --csv-dir <dataset>/ --features <dataset>/clipvitl14.pth")
+    records.require_records(config, "OVQA", f"{convert} --out {data_dir}\n  python data_prep/answer_graphs.py --data "
                             f"{data_dir}", "configs/ovqa_msrvtt.py:demo")
     self.metadata = records.load_metadata(data_dir)
     root = io_lib.epath_of(data_dir)  # local or gs://...: read through etils.epath
