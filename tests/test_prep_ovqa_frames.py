@@ -178,7 +178,9 @@ def _config(data_dir, **data):
   return c
 
 
-def test_input_mismatch_errors(frame_records):
+def test_input_mismatch_errors(frame_records, release, tmp_path):
+  violet_records = str(tmp_path / "violet")
+  _convert(release, "msrvtt", violet_records, recipe="violet")
   with pytest.raises(ValueError, match=r"config.model.backbone = 'frozenbilm' reads video features but .*metadata.json "
                      "has video_input 'frames'"):
     input_lib.Input(_config(frame_records), "open", types.SimpleNamespace(video_input="features"))
@@ -188,6 +190,9 @@ def test_input_mismatch_errors(frame_records):
     input_lib.Input(_config(frame_records, num_frames=4), "open", _Frames())
   with pytest.raises(ValueError, match=r"config.data.augment = 'flip': expected one of \('none', 'allinone'\)"):
     input_lib.Input(_config(frame_records, augment="flip"), "open", _Frames())
+  with pytest.raises(ValueError, match=r"config.data.augment = 'allinone' crops frame_size 16 from larger frames, but "
+                     r".*metadata.json stores them at that size \(frame_recipe 'violet'\)"):
+    input_lib.Input(_config(violet_records, augment="allinone"), "open", _Frames())
 
 
 def test_augmentation_deterministic_and_resumed(frame_records):

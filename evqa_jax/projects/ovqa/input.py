@@ -143,6 +143,10 @@ class Input:
                        "convert again with --frame-size, or set the config to the records'")
     if self.stored_size < self.frame_size:
       raise ValueError(f"{where}: stored_size {self.stored_size} < frame_size {self.frame_size}")
+    if augment == "allinone" and self.stored_size == self.frame_size:
+      raise ValueError(f"config.data.augment = 'allinone' crops frame_size {self.frame_size} from larger frames, but "
+                       f"{where} stores them at that size (frame_recipe {self.metadata.get('frame_recipe')!r}): "
+                       "convert with --recipe allinone, or set --config.data.augment=none")
 
   def _vocab_budget(self) -> dict:
     """One static budget for V_train and V_test (answers, and graph nodes/edges when a verbalizer is used)."""
