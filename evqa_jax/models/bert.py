@@ -64,14 +64,7 @@ class BertConfig:
 
   def __post_init__(self):
     layers.check_remat(self.remat)
-    # Accept "bfloat16"/"float32" strings from config files; store canonical numpy dtypes (hashable).
-    object.__setattr__(self, "dtype", jnp.dtype(self.dtype))
-    object.__setattr__(self, "param_dtype", jnp.dtype(self.param_dtype))
-    if self.hidden_size % self.num_attention_heads:
-      raise ValueError(f"BertConfig: hidden_size {self.hidden_size} is not a multiple of "
-                       f"num_attention_heads {self.num_attention_heads}")
-    if self.hidden_act not in ACTIVATIONS:
-      raise ValueError(f"BertConfig: hidden_act {self.hidden_act!r} not supported ({sorted(ACTIVATIONS)})")
+    layers.check_encoder_config(self)
     if self.position_embedding_type != "absolute":
       raise ValueError(f"BertConfig: position_embedding_type {self.position_embedding_type!r} not supported "
                        "(only 'absolute')")
@@ -92,17 +85,11 @@ class BertConfig:
   def from_dict(cls, d: Dict[str, Any], **overrides) -> "BertConfig":
     """Known fields of `d` (a Hugging Face config dict; other keys such as `architectures` are ignored), then
     `overrides`, which must all be fields. A `model_type` other than 'bert' is rejected (RoBERTa etc. differ)."""
-    names = {f.name for f in dataclasses.fields(cls)}
     model_type = d.get("model_type")
     if model_type is not None and model_type not in SUPPORTED_MODEL_TYPES:
       raise ValueError(f"BertConfig: model_type {model_type!r} is not a BERT checkpoint "
                        f"(supported: {SUPPORTED_MODEL_TYPES})")
-    unknown = sorted(set(overrides) - names)
-    if unknown:
-      raise ValueError(f"BertConfig: unknown override(s) {unknown}; fields are {sorted(names)}")
-    kwargs = {k: v for k, v in d.items() if k in names}
-    kwargs.update(overrides)
-    return cls(**kwargs)
+    return hf_utils.config_from_dict(cls, d, overrides)
 
   @classmethod
   def from_hf_dir(cls, path: str, **overrides) -> "BertConfig":

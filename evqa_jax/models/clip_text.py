@@ -1,7 +1,7 @@
 """CLIP text tower with its projection (Flax linen), Hugging Face weight import by parameter name.
 
 Mirrors `transformers.CLIPTextModelWithProjection` (parity tested in fp32): token + learned position embeddings,
-pre-LN transformer layers under a causal mask (the vision tower's layers, clip_vision.CLIPEncoderLayer),
+pre-LN transformer layers under a causal mask (the vision tower's layers, clip_common.CLIPEncoderLayer),
 `final_layer_norm`, the hidden state at the end-of-text token (the largest id, as OpenAI's `encode_text` and
 Hugging Face with `eos_token_id == 2`; else the first `eos_token_id`), then `text_projection` (no bias). Used by
 the OVQA zero-shot CLIP baseline (launch/ovqa_zero_shot_baselines.py: CLIP's text features of each "question +
@@ -18,10 +18,8 @@ from typing import Any, Dict
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from evqa_jax.models import clip_vision, hf_utils, layers
-from evqa_jax.models.layers import ACTIVATIONS
+from evqa_jax.models import clip_common, hf_utils, layers
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,13 +40,7 @@ class CLIPTextConfig:
   param_dtype: Any = jnp.float32
 
   def __post_init__(self):
-    object.__setattr__(self, "dtype", jnp.dtype(self.dtype))
-    object.__setattr__(self, "param_dtype", jnp.dtype(self.param_dtype))
-    if self.hidden_size % self.num_attention_heads:
-      raise ValueError(f"CLIPTextConfig: hidden_size {self.hidden_size} is not a multiple of "
-                       f"num_attention_heads {self.num_attention_heads}")
-    if self.hidden_act not in ACTIVATIONS:
-      raise ValueError(f"CLIPTextConfig: hidden_act {self.hidden_act!r} not supported ({sorted(ACTIVATIONS)})")
+    layers.check_encoder_config(self)
 
   @property
   def head_dim(self) -> int:
@@ -59,13 +51,7 @@ class CLIPTextConfig:
     """A text config dict, or a full CLIP config dict (its `text_config`, and its `projection_dim`)."""
     if "text_config" in d and isinstance(d["text_config"], dict):
       d = dict(d["text_config"], **({"projection_dim": d["projection_dim"]} if "projection_dim" in d else {}))
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(overrides) - names)
-    if unknown:
-      raise ValueError(f"CLIPTextConfig: unknown override(s) {unknown}; fields are {sorted(names)}")
-    kwargs = {k: v for k, v in d.items() if k in names}
-    kwargs.update(overrides)
-    return cls(**kwargs)
+    return hf_utils.config_from_dict(cls, d, overrides)
 
   @classmethod
   def from_hf_dir(cls, path: str, **overrides) -> "CLIPTextConfig":
@@ -89,7 +75,7 @@ class CLIPTextModel(nn.Module):
     x = x + embed(cfg.max_position_embeddings, "embeddings_position_embedding").embedding[:length].astype(cfg.dtype)
     causal = jnp.where(jnp.tril(jnp.ones((length, length), bool)), 0.0, jnp.finfo(jnp.float32).min)
     for i in range(cfg.num_hidden_layers):
-      x = clip_vision.CLIPEncoderLayer(cfg, name=f"encoder_layers_{i}")(x, causal[None, None])
+      x = clip_common.CLIPEncoderLayer(cfg, name=f"encoder_layers_{i}")(x, causal[None, None])
     x = layers.encoder_layer_norm(cfg, "final_layer_norm")(x)
     if cfg.eos_token_id == 2:  # Hugging Face's legacy rule, OpenAI's: the end-of-text token has the largest id
       eos = jnp.argmax(input_ids, axis=-1)
@@ -111,12 +97,7 @@ def hf_rules(config: CLIPTextConfig) -> Dict[str, hf_utils.Rule]:
       "final_layer_norm/bias": rule(("final_layer_norm.bias",)),
       "text_projection/kernel": rule(("text_projection.weight",), lin),
   }
-  for key, r in clip_vision.hf_rules(clip_vision.CLIPVisionConfig(
-      hidden_size=config.hidden_size, intermediate_size=config.intermediate_size,
-      num_hidden_layers=config.num_hidden_layers, num_attention_heads=config.num_attention_heads,
-      image_size=1, patch_size=1)).items():
-    if key.startswith("encoder_layers_"):  # the same layers, the same names
-      rules[key] = r
+  rules.update(clip_common.encoder_layer_rules(config))  # the vision tower's layers, the same names
   return rules
 
 

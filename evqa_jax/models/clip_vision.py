@@ -1,8 +1,9 @@
 """CLIP ViT vision tower (Flax linen) with Hugging Face weight import by parameter name.
 
 Mirrors `transformers.CLIPVisionModel` exactly (parity tested in fp32): patch embedding (conv, no bias) + class token
-+ learned position embeddings, `pre_layrnorm`, pre-LN transformer layers (layer_norm1 -> self_attn -> residual,
-layer_norm2 -> mlp(fc1, quick_gelu, fc2) -> residual), and `post_layernorm` on the class token for the pooled output.
++ learned position embeddings, `pre_layrnorm`, pre-LN transformer layers (clip_common.CLIPEncoderLayer: layer_norm1
+-> self_attn -> residual, layer_norm2 -> mlp(fc1, quick_gelu, fc2) -> residual), and `post_layernorm` on the class
+token for the pooled output.
 `last_hidden_state` is the encoder output *without* the post LayerNorm, as in Hugging Face.
 
 Parameter paths follow the Hugging Face module names, so importing is a renaming plus transposes/reshapes:
@@ -16,7 +17,6 @@ Checkpoints of `CLIPVisionModel` and of the full `CLIPModel` (keys under "vision
 """
 
 import dataclasses
-import functools
 from typing import Any, Dict
 
 import flax.linen as nn
@@ -24,9 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from evqa_jax.models import hf_utils, layers
-from evqa_jax.models.evidence_heads import HeadProjection
-from evqa_jax.models.layers import ACTIVATIONS
+from evqa_jax.models import clip_common, hf_utils, layers
 
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -50,16 +48,10 @@ class CLIPVisionConfig:
   param_dtype: Any = jnp.float32
 
   def __post_init__(self):
-    object.__setattr__(self, "dtype", jnp.dtype(self.dtype))
-    object.__setattr__(self, "param_dtype", jnp.dtype(self.param_dtype))
-    if self.hidden_size % self.num_attention_heads:
-      raise ValueError(f"CLIPVisionConfig: hidden_size {self.hidden_size} is not a multiple of "
-                       f"num_attention_heads {self.num_attention_heads}")
+    layers.check_encoder_config(self)
     if self.image_size % self.patch_size:
       raise ValueError(f"CLIPVisionConfig: image_size {self.image_size} is not a multiple of "
                        f"patch_size {self.patch_size}")
-    if self.hidden_act not in ACTIVATIONS:
-      raise ValueError(f"CLIPVisionConfig: hidden_act {self.hidden_act!r} not supported ({sorted(ACTIVATIONS)})")
 
   @property
   def head_dim(self) -> int:
@@ -78,13 +70,7 @@ class CLIPVisionConfig:
     """A vision config dict, or a full CLIP config dict (its `vision_config` is used); unknown keys are ignored."""
     if "vision_config" in d and isinstance(d["vision_config"], dict):
       d = d["vision_config"]
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(overrides) - names)
-    if unknown:
-      raise ValueError(f"CLIPVisionConfig: unknown override(s) {unknown}; fields are {sorted(names)}")
-    kwargs = {k: v for k, v in d.items() if k in names}
-    kwargs.update(overrides)
-    return cls(**kwargs)
+    return hf_utils.config_from_dict(cls, d, overrides)
 
   @classmethod
   def from_hf_dir(cls, path: str, **overrides) -> "CLIPVisionConfig":
@@ -111,52 +97,6 @@ class CLIPVisionEmbeddings(nn.Module):
     return x + pos.embedding.astype(cfg.dtype)[None]
 
 
-class CLIPAttention(nn.Module):
-  """Multi-head self-attention; `bias` (broadcastable to `[b, h, q, k]`, e.g. the text tower's causal mask) is added
-  to the scores. The config is any of CLIP's tower configs (the fields read here)."""
-  config: Any
-
-  @nn.compact
-  def __call__(self, x, bias=None):
-    cfg = self.config
-    proj = functools.partial(HeadProjection, (cfg.num_attention_heads, cfg.head_dim), ("embed", "heads", "kv"),
-                             ("heads", "kv"), init_std=cfg.initializer_range, dtype=cfg.dtype,
-                             param_dtype=cfg.param_dtype)
-    q = proj(name="q_proj")(x) * jnp.asarray(cfg.head_dim ** -0.5, cfg.dtype)
-    k = proj(name="k_proj")(x)
-    v = proj(name="v_proj")(x)
-    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32)
-    if bias is not None:
-      scores = scores + bias
-    probs = jax.nn.softmax(scores, axis=-1).astype(cfg.dtype)
-    ctx = jnp.einsum("bhqk,bkhd->bqhd", probs, v)
-    return HeadProjection((cfg.hidden_size,), ("heads", "kv", "embed"), ("embed",), to_heads=False,
-                          init_std=cfg.initializer_range, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
-                          name="out_proj")(ctx)
-
-
-class CLIPMLP(nn.Module):
-  config: Any
-
-  @nn.compact
-  def __call__(self, x):
-    cfg = self.config
-    h = layers.encoder_dense(cfg, cfg.intermediate_size, ("embed", "mlp"), "fc1")(x)
-    h = ACTIVATIONS[cfg.hidden_act](h)
-    return layers.encoder_dense(cfg, cfg.hidden_size, ("mlp", "embed"), "fc2")(h)
-
-
-class CLIPEncoderLayer(nn.Module):
-  config: Any
-
-  @nn.compact
-  def __call__(self, x, bias=None):
-    x = x + CLIPAttention(self.config, name="self_attn")(layers.encoder_layer_norm(self.config, "layer_norm1")(x),
-                                                         bias)
-    x = x + CLIPMLP(self.config, name="mlp")(layers.encoder_layer_norm(self.config, "layer_norm2")(x))
-    return nn.with_logical_constraint(x, ("batch", "length", "embed"))
-
-
 class CLIPVisionModel(nn.Module):
   """pixels `[n, H, W, C]` (already CLIP-normalised, channels last) ->
   {"last_hidden_state": [n, 1 + P, D], "pooler_output": [n, D]}."""
@@ -171,7 +111,7 @@ class CLIPVisionModel(nn.Module):
     x = CLIPVisionEmbeddings(cfg, name="embeddings")(pixels.astype(cfg.dtype))
     x = layers.encoder_layer_norm(cfg, "pre_layrnorm")(x)
     for i in range(cfg.num_hidden_layers):
-      x = CLIPEncoderLayer(cfg, name=f"encoder_layers_{i}")(x)
+      x = clip_common.CLIPEncoderLayer(cfg, name=f"encoder_layers_{i}")(x)
     pooled = layers.encoder_layer_norm(cfg, "post_layernorm")(x[:, 0])
     return {"last_hidden_state": x, "pooler_output": pooled}
 
@@ -210,8 +150,7 @@ def init_params_boxed(config: CLIPVisionConfig, rng) -> Dict[str, Any]:
 
 def hf_rules(config: CLIPVisionConfig) -> Dict[str, hf_utils.Rule]:
   """Our flat param path -> its Hugging Face `CLIPVisionModel` state-dict key (after stripping "vision_model.")."""
-  d, nh, hd = config.hidden_size, config.num_attention_heads, config.head_dim
-  rule, lin = hf_utils.Rule, hf_utils.linear_kernel
+  rule = hf_utils.Rule
   rules = {
       "embeddings/class_embedding": rule(("embeddings.class_embedding",)),
       # torch Conv2d [out, in, kh, kw] -> flax [kh, kw, in, out]
@@ -222,21 +161,7 @@ def hf_rules(config: CLIPVisionConfig) -> Dict[str, hf_utils.Rule]:
   for ours, hf in (("pre_layrnorm", "pre_layrnorm"), ("post_layernorm", "post_layernorm")):
     rules[f"{ours}/scale"] = rule((f"{hf}.weight",))
     rules[f"{ours}/bias"] = rule((f"{hf}.bias",))
-  for i in range(config.num_hidden_layers):
-    ours, hf = f"encoder_layers_{i}", f"encoder.layers.{i}"
-    for name in ("q_proj", "k_proj", "v_proj"):
-      rules[f"{ours}/self_attn/{name}/kernel"] = rule((f"{hf}.self_attn.{name}.weight",),
-                                                      lambda w: lin(w).reshape(d, nh, hd))
-      rules[f"{ours}/self_attn/{name}/bias"] = rule((f"{hf}.self_attn.{name}.bias",), lambda b: b.reshape(nh, hd))
-    rules[f"{ours}/self_attn/out_proj/kernel"] = rule((f"{hf}.self_attn.out_proj.weight",),
-                                                      lambda w: lin(w).reshape(nh, hd, d))
-    rules[f"{ours}/self_attn/out_proj/bias"] = rule((f"{hf}.self_attn.out_proj.bias",))
-    for name in ("fc1", "fc2"):
-      rules[f"{ours}/mlp/{name}/kernel"] = rule((f"{hf}.mlp.{name}.weight",), lin)
-      rules[f"{ours}/mlp/{name}/bias"] = rule((f"{hf}.mlp.{name}.bias",))
-    for name in ("layer_norm1", "layer_norm2"):
-      rules[f"{ours}/{name}/scale"] = rule((f"{hf}.{name}.weight",))
-      rules[f"{ours}/{name}/bias"] = rule((f"{hf}.{name}.bias",))
+  rules.update(clip_common.encoder_layer_rules(config))
   return rules
 
 

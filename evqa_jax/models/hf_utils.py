@@ -195,6 +195,18 @@ def read_hf_config(path: str) -> Tuple[str, Dict[str, Any]]:
   return file, evqa_io.load_json(file, "Hugging Face config")
 
 
+def config_from_dict(cls, d: Dict[str, Any], overrides: Dict[str, Any]):
+  """`cls(**fields of d, **overrides)` for a config dataclass: keys of `d` that are not fields are ignored (a Hugging
+  Face config.json also holds `architectures` etc.); an override that is not a field is a ValueError naming them."""
+  names = {f.name for f in dataclasses.fields(cls)}
+  unknown = sorted(set(overrides) - names)
+  if unknown:
+    raise ValueError(f"{cls.__name__}: unknown override(s) {unknown}; fields are {sorted(names)}")
+  kwargs = {k: v for k, v in d.items() if k in names}
+  kwargs.update(overrides)
+  return cls(**kwargs)
+
+
 def config_from_hf_dir(cls, path: str, **overrides):
   """`cls.from_dict(config.json of path, **overrides)`; a bad field or override is reported with the file's name."""
   file, d = read_hf_config(path)

@@ -28,6 +28,20 @@ ACTIVATIONS = {
 }
 
 
+def check_encoder_config(cfg) -> None:
+  """The checks an encoder config's `__post_init__` shares (BERT, CLIP's towers): `dtype` / `param_dtype` stored as
+  numpy dtypes (config files give "bfloat16" etc.; hashable), hidden_size a multiple of num_attention_heads and
+  hidden_act one of ACTIVATIONS (ValueError naming the config class)."""
+  name = type(cfg).__name__
+  object.__setattr__(cfg, "dtype", jnp.dtype(cfg.dtype))
+  object.__setattr__(cfg, "param_dtype", jnp.dtype(cfg.param_dtype))
+  if cfg.hidden_size % cfg.num_attention_heads:
+    raise ValueError(f"{name}: hidden_size {cfg.hidden_size} is not a multiple of "
+                     f"num_attention_heads {cfg.num_attention_heads}")
+  if cfg.hidden_act not in ACTIVATIONS:
+    raise ValueError(f"{name}: hidden_act {cfg.hidden_act!r} not supported ({sorted(ACTIVATIONS)})")
+
+
 def normal(stddev: float, axes):
   """N(0, stddev) initialiser of a parameter whose dimensions carry the logical axis names `axes`."""
   return nn.with_logical_partitioning(nn.initializers.normal(stddev), axes)
