@@ -401,18 +401,8 @@ class DisentangledSelfAttention(nn.Module):
                          deterministic)
     scores = jnp.einsum("bqnd,bknd->bnqk", q, k)
     if cfg.relative_attention and cfg.pos_att_type:
-      rel = nn.Dropout(cfg.hidden_dropout_prob)(rel_embeddings, deterministic=deterministic)
-      rel = rel[:2 * cfg.att_span].astype(cfg.dtype)
-      if rel_rows is not None:
-        # A sequence shorter than the span gathers only the rows of its |i - j| < S (147 of 512 at S = 74):
-        # projecting and scoring the others (c2p/p2c are [b, heads, S, rows]) would be wasted work. Sliced after the
-        # dropout, so its mask (and the random stream) is the same as over all rows.
-        rel = rel[rel_rows[0]:rel_rows[1]]
-      if cfg.share_att_key:
-        pos_key_proj, pos_query_proj = key_proj, query_proj
-      else:
-        pos_key_proj = proj("pos_key_proj") if "c2p" in cfg.pos_att_type else None
-        pos_query_proj = proj("pos_query_proj") if "p2c" in cfg.pos_att_type else None
+      rel, pos_key_proj, pos_query_proj = self._relative(rel_embeddings, rel_rows, proj, key_proj, query_proj,
+                                                         deterministic)
       by_rows = rel_diag is not None and cfg.relative_gather == "rows"
       if "c2p" in cfg.pos_att_type and by_rows:
         scores = scores + toeplitz_scores(q, pos_key_proj(rel), rel_diag)
@@ -437,6 +427,22 @@ class DisentangledSelfAttention(nn.Module):
     probs = nn.Dropout(cfg.attention_probs_dropout_prob)(probs, deterministic=deterministic)
     return jnp.einsum("bnqk,bknd->bqnd", probs, v)
 
+  def _relative(self, rel_embeddings, rel_rows, proj, key_proj, query_proj, deterministic):
+    """(rel, pos_key_proj, pos_query_proj), for both paths: the relative embeddings after their dropout, cut to the
+    span (and to `rel_rows`), and the projections of the c2p / p2c terms (None for a term not in pos_att_type)."""
+    cfg = self.config
+    rel = nn.Dropout(cfg.hidden_dropout_prob)(rel_embeddings, deterministic=deterministic)
+    rel = rel[:2 * cfg.att_span].astype(cfg.dtype)
+    if rel_rows is not None:
+      # A sequence shorter than the span gathers only the rows of its |i - j| < S (147 of 512 at S = 74):
+      # projecting and scoring the others (c2p/p2c are [b, heads, S, rows]) would be wasted work. Sliced after the
+      # dropout, so its mask (and the random stream) is the same as over all rows.
+      rel = rel[rel_rows[0]:rel_rows[1]]
+    if cfg.share_att_key:
+      return rel, key_proj, query_proj
+    return (rel, proj("pos_key_proj") if "c2p" in cfg.pos_att_type else None,
+            proj("pos_query_proj") if "p2c" in cfg.pos_att_type else None)
+
   def _fused(self, q, k, v, mask, rel_embeddings, rel_rows, rel_diag, scale, proj, key_proj, query_proj,
              deterministic):
     """The same attention as __call__'s by `deberta_pallas.disentangled_attention`: the same submodules and
@@ -444,15 +450,8 @@ class DisentangledSelfAttention(nn.Module):
     cfg = self.config
     pos_key = pos_query = None
     if cfg.relative_attention and cfg.pos_att_type:
-      rel = nn.Dropout(cfg.hidden_dropout_prob)(rel_embeddings, deterministic=deterministic)
-      rel = rel[:2 * cfg.att_span].astype(cfg.dtype)
-      if rel_rows is not None:
-        rel = rel[rel_rows[0]:rel_rows[1]]
-      if cfg.share_att_key:
-        pos_key_proj, pos_query_proj = key_proj, query_proj
-      else:
-        pos_key_proj = proj("pos_key_proj") if "c2p" in cfg.pos_att_type else None
-        pos_query_proj = proj("pos_query_proj") if "p2c" in cfg.pos_att_type else None
+      rel, pos_key_proj, pos_query_proj = self._relative(rel_embeddings, rel_rows, proj, key_proj, query_proj,
+                                                         deterministic)
       pos_key = pos_key_proj(rel) if "c2p" in cfg.pos_att_type else None
       pos_query = pos_query_proj(rel) if "p2c" in cfg.pos_att_type else None
     rate = cfg.attention_probs_dropout_prob
