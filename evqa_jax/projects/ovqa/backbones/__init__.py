@@ -46,6 +46,10 @@ class Backbone(abc.ABC):
   variant: str = ""
   #: The config.model.head values its model has.
   heads: tuple = ()
+  #: What `init_from_missing` tells to pass: the authors' pretrained checkpoint file the paper configs start from,
+  #: and the plain encoder that `init_from=none` trains instead.
+  paper_checkpoint: str = ""
+  plain_encoder: str = ""
   #: The Flax module `Model(**config.model, ...)` builds.
   model_class: type = None
   #: What its model reads of a video: "features" (pre-extracted, records of data_prep/ovqa.py: `video`, `video_mask`)
@@ -75,10 +79,14 @@ class Backbone(abc.ABC):
       raise ValueError(cls.init_from_missing(config))
     return value
 
-  @staticmethod
-  @abc.abstractmethod
-  def init_from_missing(config) -> str:
+  @classmethod
+  def init_from_missing(cls, config) -> str:
     """The error when a paper config's init_from is empty: what to pass (and `none` for no checkpoint)."""
+    variant = f":{cls.variant}" if cls.variant else ""
+    return (f"config.pretrained.init_from is empty, but configs/ovqa_{config.dataset}.py{variant} (the paper's "
+            f"settings) starts from {cls.title}'s pretrained checkpoint: pass --config.pretrained.init_from=PATH/"
+            f"{cls.paper_checkpoint}, or --config.pretrained.init_from=none to start from plain {cls.plain_encoder} "
+            "instead")
 
   # -- input pieces (input.py calls them) -----------------------------------------------------------------------
   @abc.abstractmethod

@@ -19,6 +19,7 @@ from evqa_jax import pretrained
 from evqa_jax.models import encoders
 from evqa_jax.projects.ovqa import model as model_lib
 from evqa_jax.projects.ovqa.backbones import Backbone
+from evqa_jax.projects.ovqa.backbones.text import padded_tokens
 
 
 def build_prompt(question: str, subtitles: str, mask_token: str) -> str:
@@ -58,25 +59,20 @@ class FrozenBiLM(Backbone):
   heads = model_lib.HEADS
   model_class = model_lib.Model
 
-  @staticmethod
-  def init_from_missing(config) -> str:
-    # The authors' `--load`: OVQA fine-tunes FrozenBiLM's pretrained checkpoint, not plain DeBERTa (another model).
-    return (f"config.pretrained.init_from is empty, but configs/ovqa_{config.dataset}.py (the paper's "
-            "settings) starts from FrozenBiLM's pretrained checkpoint: pass --config.pretrained.init_from=PATH/"
-            "frozenbilm.pth, or --config.pretrained.init_from=none to start from plain DeBERTa-v2 instead")
+  # The authors' `--load`: OVQA fine-tunes FrozenBiLM's pretrained checkpoint, not plain DeBERTa (another model).
+  paper_checkpoint = "frozenbilm.pth"
+  plain_encoder = "DeBERTa-v2"
 
   def text_inputs(self, inp, example: dict) -> dict:
     dc = self.config.data
     subtitles = str(example["subtitles"]) if dc.use_subtitles else ""
     text = build_prompt(str(example["question"]), subtitles, inp.mask_token)
-    enc = inp.tokenizer(text, max_length=dc.max_tokens, truncation=True, padding="max_length")
-    ids = np.asarray(enc["input_ids"], np.int32)
+    ids, mask = padded_tokens(inp.tokenizer, text, dc.max_tokens)
     positions = np.nonzero(ids == inp.mask_token_id)[0]
     if len(positions) != 1:
       raise ValueError(f"record {int(example['index'])} of {inp.data_dir}: the prompt holds {len(positions)} "
                        f"{inp.mask_token} tokens after truncation to config.data.max_tokens = {dc.max_tokens}")
-    return {"input_ids": ids, "attention_mask": np.asarray(enc["attention_mask"], np.int32),
-            "mask_index": np.int32(positions[0] + dc.num_frames)}
+    return {"input_ids": ids, "attention_mask": mask, "mask_index": np.int32(positions[0] + dc.num_frames)}
 
   def answer_tokens(self, inp, answers, pad_to: int):
     """`[pad_to, config.data.answer_max_subwords]` ids and mask."""

@@ -24,6 +24,7 @@ from evqa_jax import pretrained
 from evqa_jax.models import distilbert, hf_utils
 from evqa_jax.projects.ovqa import justask
 from evqa_jax.projects.ovqa.backbones import Backbone
+from evqa_jax.projects.ovqa.backbones.text import padded_tokens
 from evqa_jax.runs import checkpointing
 
 
@@ -35,21 +36,16 @@ class JustAsk(Backbone):
   heads = justask.HEADS
   model_class = justask.Model
 
-  @staticmethod
-  def init_from_missing(config) -> str:
-    return (f"config.pretrained.init_from is empty, but configs/ovqa_{config.dataset}.py:justask (the paper's "
-            "settings) fine-tunes Just Ask's pretrained checkpoint: pass --config.pretrained.init_from=PATH/"
-            "ckpt_pt_howtovqa69m.pth (or the workdir of a first-stage run), or --config.pretrained.init_from=none to "
-            "start from plain DistilBERT")
+  paper_checkpoint = "ckpt_pt_howtovqa69m.pth (or the workdir of a first-stage run)"
+  plain_encoder = "DistilBERT"
 
   def text_inputs(self, inp, example: dict) -> dict:
     """`[CLS] question [SEP]` ids and mask: the bare question, no prompt."""
     question = str(example["question"])
     if not question.strip():
       raise ValueError(f"record {int(example['index'])} of {inp.data_dir}: empty question")
-    enc = inp.tokenizer(question, max_length=self.config.data.max_tokens, truncation=True, padding="max_length")
-    return {"question_ids": np.asarray(enc["input_ids"], np.int32),
-            "question_mask": np.asarray(enc["attention_mask"], np.int32)}
+    ids, mask = padded_tokens(inp.tokenizer, question, self.config.data.max_tokens)
+    return {"question_ids": ids, "question_mask": mask}
 
   def answer_tokens(self, inp, answers, pad_to: int):
     """`[pad_to, L]` ids and mask of `[CLS] answer [SEP]`, L the longest over both vocabularies and graphs (at most
@@ -59,9 +55,7 @@ class JustAsk(Backbone):
     ids = np.zeros((pad_to, n), np.int32)
     mask = np.zeros((pad_to, n), np.bool_)
     if len(answers):
-      enc = inp.tokenizer(list(answers), max_length=n, truncation=True, padding="max_length")
-      ids[:len(answers)] = enc["input_ids"]
-      mask[:len(answers)] = np.asarray(enc["attention_mask"], bool)
+      ids[:len(answers)], mask[:len(answers)] = padded_tokens(inp.tokenizer, list(answers), n)
     return ids, mask
 
   def answer_len(self, inp) -> int:
