@@ -12,9 +12,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def env_for(gcs_env: dict, cache) -> dict:
   """The environment of a `launch/*.py` subprocess: the emulator's variables, the repository on PYTHONPATH, its own
-  EVQA_CACHE (the suite's XLA compilation cache is inherited)."""
+  EVQA_CACHE (where its staged copies go; the suite's XLA compilation cache is inherited), unbuffered output (read
+  while it runs)."""
   env = dict(os.environ, **gcs_env)
   env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO, env.get("PYTHONPATH", "")) if p)
+  env["PYTHONUNBUFFERED"] = "1"
   env["EVQA_CACHE"] = str(cache)
   return env
 

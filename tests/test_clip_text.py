@@ -9,23 +9,16 @@ import numpy as np
 import pytest
 
 from evqa_jax.models import clip_text
+from hf_towers import saved_tiny_model
 
 
 @pytest.fixture(scope="module")
 def hf_clip_text_dir():
-  torch = pytest.importorskip("torch")
+  pytest.importorskip("torch")
   from transformers import CLIPTextConfig, CLIPTextModelWithProjection
-  torch.manual_seed(0)
   cfg = CLIPTextConfig(vocab_size=50, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                        num_attention_heads=4, max_position_embeddings=12, projection_dim=24, eos_token_id=2)
-  model = CLIPTextModelWithProjection(cfg).eval()
-  with torch.no_grad():  # non-trivial LayerNorm parameters so their import is checked too
-    for name, p in model.named_parameters():
-      if "norm" in name:
-        p.add_(0.1 * torch.randn_like(p))
-  d = tempfile.mkdtemp(prefix="tiny_clip_text_")
-  model.save_pretrained(d)
-  return d, model
+  return saved_tiny_model(CLIPTextModelWithProjection, cfg, "tiny_clip_text_")
 
 
 def test_clip_text_matches_hugging_face(hf_clip_text_dir):

@@ -17,6 +17,7 @@ from evqa_jax.models import evidence_heads
 from evqa_jax.projects.evqa import model as evqa_model
 from evqa_jax.projects.evqa import frame_encoder
 from evqa_jax.train import sharding
+from hf_towers import saved_tiny_model
 
 
 # ------------------------------------------------------------------------------------------------ CLIP
@@ -24,34 +25,32 @@ from evqa_jax.train import sharding
 
 @pytest.fixture(scope="module")
 def hf_clip_dir():
-  torch = pytest.importorskip("torch")
+  pytest.importorskip("torch")
   from transformers import CLIPVisionConfig, CLIPVisionModel
-  torch.manual_seed(0)
   cfg = CLIPVisionConfig(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
                          image_size=16, patch_size=4, layer_norm_eps=1e-5)
-  model = CLIPVisionModel(cfg).eval()
-  with torch.no_grad():  # non-trivial LayerNorm parameters so their import is checked too
-    for name, p in model.named_parameters():
-      if "norm" in name:
-        p.add_(0.1 * torch.randn_like(p))
-  d = tempfile.mkdtemp(prefix="tiny_clip_")
-  model.save_pretrained(d)
-  return d, model
+  return saved_tiny_model(CLIPVisionModel, cfg, "tiny_clip_")
 
 
-def test_clip_vision_matches_hugging_face(hf_clip_dir):
+def _assert_clip_vision_matches(path, hf_model, x):
+  """Our import of the CLIP folder `path` (nothing missing, nothing unused) computes `hf_model`'s last hidden state
+  and pooled output on the pixels `x` `[n, 3, S, S]` to 1e-5 (fp32) -> our config of the folder."""
   import torch
-  path, hf_model = hf_clip_dir
   cfg = clip_vision.CLIPVisionConfig.from_hf_dir(path)
-  assert (cfg.hidden_size, cfg.num_hidden_layers, cfg.patch_size, cfg.num_patches) == (32, 2, 4, 16)
   params, report = clip_vision.load_hf_params(cfg, path)
   assert not report.missing and not report.unused
-  x = np.random.RandomState(0).randn(3, 3, 16, 16).astype(np.float32)
   with torch.no_grad():
-    ref = hf_model(pixel_values=torch.from_numpy(x))
+    ref = hf_model.eval()(pixel_values=torch.from_numpy(x))
   out = jax.jit(clip_vision.CLIPVisionModel(cfg).apply)({"params": params}, jnp.asarray(x.transpose(0, 2, 3, 1)))
   np.testing.assert_allclose(np.asarray(out["last_hidden_state"]), ref.last_hidden_state.numpy(), atol=1e-5, rtol=0)
   np.testing.assert_allclose(np.asarray(out["pooler_output"]), ref.pooler_output.numpy(), atol=1e-5, rtol=0)
+  return cfg
+
+
+def test_clip_vision_matches_hugging_face(hf_clip_dir):
+  path, hf_model = hf_clip_dir
+  cfg = _assert_clip_vision_matches(path, hf_model, np.random.RandomState(0).randn(3, 3, 16, 16).astype(np.float32))
+  assert (cfg.hidden_size, cfg.num_hidden_layers, cfg.patch_size, cfg.num_patches) == (32, 2, 4, 16)
 
 
 def test_clip_import_checks_shapes_and_full_clip_prefix(hf_clip_dir):
@@ -465,16 +464,9 @@ def test_fixture_clip_folder_is_hugging_faces_layout_written_without_torch(tmp_p
                        capture_output=True, text=True, timeout=120)
   assert out.returncode == 0 and out.stdout.strip() == "imported torch: False", out.stderr[-2000:]
   assert sorted(os.listdir(path)) == ["config.json", "model.safetensors"]
-  torch = pytest.importorskip("torch")
+  pytest.importorskip("torch")
   from transformers import CLIPVisionModel
   hf_model, info = CLIPVisionModel.from_pretrained(path, output_loading_info=True)
   assert not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys", "error_msgs")), info
-  cfg = clip_vision.CLIPVisionConfig.from_hf_dir(path)
+  cfg = _assert_clip_vision_matches(path, hf_model, np.random.RandomState(1).randn(2, 3, 32, 32).astype(np.float32))
   assert (cfg.hidden_size, cfg.num_hidden_layers, cfg.image_size, cfg.patch_size) == (16, 1, 32, 8)
-  params, report = clip_vision.load_hf_params(cfg, path)
-  assert not report.missing and not report.unused
-  x = np.random.RandomState(1).randn(2, 3, 32, 32).astype(np.float32)
-  with torch.no_grad():
-    ref = hf_model.eval()(pixel_values=torch.from_numpy(x))
-  out = jax.jit(clip_vision.CLIPVisionModel(cfg).apply)({"params": params}, jnp.asarray(x.transpose(0, 2, 3, 1)))
-  np.testing.assert_allclose(np.asarray(out["last_hidden_state"]), ref.last_hidden_state.numpy(), atol=1e-5, rtol=0)

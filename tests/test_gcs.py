@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 import gcs_emulator
+from gcs_runs import env_for, run_script
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUCKET = "evqa-test"
@@ -72,20 +73,6 @@ def _tiny_pretrained(folder) -> str:
   return str(folder)
 
 
-def _env(gcs_env, cache):
-  env = dict(os.environ, **gcs_env)
-  env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO, env.get("PYTHONPATH", "")) if p)
-  env["PYTHONUNBUFFERED"] = "1"
-  env["EVQA_CACHE"] = str(cache)  # where this test's staged copies go
-  return env
-
-
-def _run(args, env, what, timeout=300):
-  out = subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
-  assert out.returncode == 0, f"{what} failed:\n{(out.stdout + out.stderr)[-4000:]}"
-  return out.stdout + out.stderr
-
-
 def _read(path):
   from evqa_jax import io  # pylint: disable=g-import-not-at-top
   return io.epath_of(path).read_text()
@@ -96,12 +83,12 @@ def test_ovqa_run_on_gcs_killed_resumed_and_evaluated_equals_local(gcs, tmp_path
   cfg = tmp_path / "tiny_gcs.py"
   cfg.write_text(TINY_CONFIG)
   weights = _tiny_pretrained(tmp_path / "bert_tiny")
-  env = _env(gcs, tmp_path / "cache")
+  env = env_for(gcs, tmp_path / "cache")
   common = [f"--config={cfg}", f"--config.pretrained.dir={weights}"]
 
   # The local run; it also builds the small synthetic world when the checkout has none yet.
   local = str(tmp_path / "local")
-  _run(["launch/train.py", *common, f"--workdir={local}"], env, "the local run")
+  run_script(["launch/train.py", *common, f"--workdir={local}"], env, "the local run")
   data_dir = json.loads(_read(os.path.join(local, "config.json")))["config"]["data"]["dir"]
   io.upload(os.path.join(REPO, os.path.expanduser(data_dir)), f"gs://{BUCKET}/ovqa/records")
   io.upload(weights, f"gs://{BUCKET}/models/bert_tiny")
@@ -120,7 +107,7 @@ def test_ovqa_run_on_gcs_killed_resumed_and_evaluated_equals_local(gcs, tmp_path
   proc.wait()
   assert any(line.startswith(f"step 3/{TOTAL_STEPS}") for line in seen), "".join(seen)[-4000:]
   assert "staged pretrained folder gs://" in "".join(seen)
-  out = _run(["launch/train.py", *remote], env, "the resumed run on gs://")
+  out = run_script(["launch/train.py", *remote], env, "the resumed run on gs://")
   assert "Resumed from gs://" in out and "taking over the stale lock" in out, out[-3000:]
   assert not os.path.exists(os.path.join(REPO, "gs:")), "a gs:// path was used as a local folder"
 
@@ -131,7 +118,7 @@ def test_ovqa_run_on_gcs_killed_resumed_and_evaluated_equals_local(gcs, tmp_path
       _read(f"{local}/eval/test_step{TOTAL_STEPS}/predictions.csv")
   assert not io.epath_of(f"{wd}/.workdir.lock").exists()  # released at the end
 
-  _run(["launch/evaluate.py", *remote, "--checkpoint=last"], env, "launch/evaluate.py on gs://")
+  run_script(["launch/evaluate.py", *remote, "--checkpoint=last"], env, "launch/evaluate.py on gs://")
   scored = json.loads(_read(f"{wd}/evaluate_step{TOTAL_STEPS}.json"))
   final = json.loads(_read(f"{local}/final_metrics.json"))
   assert scored["step"] == TOTAL_STEPS
@@ -423,7 +410,7 @@ def test_two_runs_racing_for_one_gcs_workdir(gcs, request_log, tmp_path):
   cfg.write_text(RACE_CONFIG)
   racer.write_text(RACER)
   barrier.mkdir()
-  env = _env(gcs, tmp_path / "cache")
+  env = env_for(gcs, tmp_path / "cache")
   wd = f"gs://{BUCKET}/race/run"
   procs = [subprocess.Popen([sys.executable, str(racer), str(barrier), name, f"--config={cfg}", f"--workdir={wd}"],
                             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -504,7 +491,7 @@ def test_run_whose_lock_is_taken_over_stops_before_its_next_checkpoint(gcs, tmp_
   wd = f"gs://{BUCKET}/takeover/run"
   lock = f"{wd}/.workdir.lock"
   proc = subprocess.Popen([sys.executable, str(staller), str(signals), f"--config={cfg}", f"--workdir={wd}"],
-                          cwd=REPO, env=_env(gcs, tmp_path / "cache"), stdout=subprocess.PIPE,
+                          cwd=REPO, env=env_for(gcs, tmp_path / "cache"), stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True)
   try:
     deadline = time.time() + 300
