@@ -19,51 +19,33 @@ one process, each reading its rows of every batch; process 0 writes the files.
 import os
 import sys
 
-from absl import app, flags, logging
-from ml_collections import config_flags
+from absl import app, flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from configs import common as configs_common  # noqa: E402
 from evqa_jax import projects  # noqa: E402
+from launch import job  # noqa: E402
 
 # --help: the command-line evaluators of each task (evqa_jax.projects.TASKS), which score anyone's prediction files.
 __doc__ += ("\nThe prediction files are in the benchmarks' official formats; each task's evaluators score anyone's:\n"
             + "".join(f"  {name}: {', '.join(f'python -m {m}' for m in entry.evaluators)}\n"
                       for name, entry in projects.TASKS.items()))
 
-config_flags.DEFINE_config_file("config", None, "Experiment config file, configs/<name>.py[:variant,...]; each "
-                                "file's variants:\n" + configs_common.variants_help(), lock_config=True)
-flags.DEFINE_string("workdir", None, "The training run's directory (zero-shot: where the outputs go).")
+job.define_flags("The training run's directory (zero-shot: where the outputs go).",
+                 "Call jax.distributed.initialize() (a pod slice or a SLURM job: every host runs this command, as "
+                 "for launch/train.py).",
+                 "host:port of process 0, for explicit multi-process runs (launch/local_multiprocess.py passes it).")
 flags.DEFINE_string("checkpoint", None, "last, best or a step number.")
 flags.DEFINE_bool("zero_shot", False, "Score the initial weights (no training) instead of a checkpoint.")
 flags.DEFINE_list("split", None, "Splits to score (default: config.data.eval_splits).")
-flags.DEFINE_bool("distributed", False, "Call jax.distributed.initialize() (a pod slice or a SLURM job: every host "
-                  "runs this command, as for launch/train.py).")
-flags.DEFINE_string("coordinator", None, "host:port of process 0, for explicit multi-process runs "
-                    "(launch/local_multiprocess.py passes it).")
-flags.DEFINE_integer("num_processes", None, "Number of processes, for explicit multi-process runs.")
-flags.DEFINE_integer("process_id", None, "This process's id, for explicit multi-process runs.")
-flags.mark_flags_as_required(["config", "workdir"])
 FLAGS = flags.FLAGS
 
 
 def main(argv):
   del argv
-  if not FLAGS["verbosity"].present:
-    logging.set_verbosity(logging.WARNING)
   if bool(FLAGS.checkpoint) == FLAGS.zero_shot:
     raise ValueError("give exactly one of --checkpoint=last|best|STEP and --zero_shot")
-  if FLAGS.coordinator or FLAGS.distributed:
-    import jax  # pylint: disable=g-import-not-at-top
-    if FLAGS.coordinator:
-      jax.distributed.initialize(FLAGS.coordinator, FLAGS.num_processes, FLAGS.process_id)
-    else:
-      jax.distributed.initialize()
-  from evqa_jax.runs import safeguards
-  safeguards.check_workdir_paths(FLAGS.config, FLAGS.workdir)  # before the world or anything else is written
-  from data_prep import worlds
-  worlds.ensure_synthetic_world(FLAGS.config)  # the :demo / :small worlds are built here, never by the library
+  job.start(FLAGS)
   from evqa_jax.train import trainer
   trainer.evaluate_checkpoint(FLAGS.config, FLAGS.workdir, None if FLAGS.zero_shot else FLAGS.checkpoint,
                               FLAGS.split)
