@@ -23,7 +23,6 @@ copies of the answer mask (spatial, IoU < 0.3) on the middle frame of the window
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import os
@@ -33,9 +32,9 @@ import numpy as np
 from PIL import Image
 
 from data_prep import st_evidence
+from data_prep import worlds
 from evqa_jax import cli
 from evqa_jax import io as evqa_io
-from evqa_jax import settings
 from evqa_jax.data import records
 
 SIZE = 64
@@ -324,14 +323,7 @@ def ensure_world(world_dir: str, preset: str = "default") -> str:
 
 
 def main(argv=None) -> int:
-  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  p.add_argument("--out", required=True)
-  p.add_argument("--seed", type=settings.arg(settings.INTEGER, "--seed"), default=0)
-  p.add_argument("--small", action="store_true", help="tiny preset for tests")
-  p.add_argument("--num-shards", type=settings.arg(settings.POSITIVE_INT, "--num-shards"), default=1, help="shards of the train split")
-  a = p.parse_args(argv)
-  generate(a.out, a.seed, a.small, a.num_shards)
-  return 0
+  return worlds.generator_main(generate, __doc__.split("\n")[0], argv)
 
 
 if __name__ == "__main__":

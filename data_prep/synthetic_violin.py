@@ -37,7 +37,6 @@ DIR/records; the VIOLIN task calls it for the demo and small configs.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -45,10 +44,10 @@ import sys
 import numpy as np
 
 from data_prep import violin
+from data_prep import worlds
 from evqa_jax import cli
 from evqa_jax import io as evqa_io
 from evqa_jax import pretrained
-from evqa_jax import settings
 
 FEATURE_DIM = 512
 FPS = 3.0
@@ -316,14 +315,7 @@ def ensure_world(world_dir: str, preset: str = "default", verbose: bool = True) 
 
 
 def main(argv=None) -> int:
-  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  p.add_argument("--out", required=True)
-  p.add_argument("--seed", type=settings.arg(settings.INTEGER, "--seed"), default=0)
-  p.add_argument("--small", action="store_true", help="tiny preset for tests")
-  p.add_argument("--num-shards", type=settings.arg(settings.POSITIVE_INT, "--num-shards"), default=1)
-  a = p.parse_args(argv)
-  generate(a.out, a.seed, a.small, a.num_shards)
-  return 0
+  return worlds.generator_main(generate, __doc__.split("\n")[0], argv)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ launch/train.py, launch/aot_check.py, the benchmarks and the tests call `ensure_
 `train_and_evaluate`; the library (evqa_jax) never generates data, it raises when config.data.dir holds no records.
 """
 
+import argparse
 import importlib
 import os
 import sys
@@ -40,6 +41,21 @@ def ensure_synthetic_world(config) -> None:
         "(gcloud storage cp -r), or pass --config.data.synthetic=''")
   world = importlib.import_module(projects.project(config.task).world)
   world.ensure_world(_world_root(config), preset)
+
+
+def generator_main(generate, description: str, argv=None) -> int:
+  """The command line of a world generator `generate(out, seed, small, num_shards)` (`python -m
+  data_prep.synthetic_evqa` / `synthetic_violin`): --out, --seed, --small, --num-shards."""
+  from evqa_jax import settings  # pylint: disable=g-import-not-at-top
+  p = argparse.ArgumentParser(description=description)
+  p.add_argument("--out", required=True)
+  p.add_argument("--seed", type=settings.arg(settings.INTEGER, "--seed"), default=0)
+  p.add_argument("--small", action="store_true", help="tiny preset for tests")
+  p.add_argument("--num-shards", type=settings.arg(settings.POSITIVE_INT, "--num-shards"), default=1,
+                 help="shards of the train split")
+  a = p.parse_args(argv)
+  generate(a.out, a.seed, a.small, a.num_shards)
+  return 0
 
 
 def main(argv) -> None:
