@@ -154,6 +154,18 @@ def _pread(f, size: int, offset: int) -> bytes:
   return f.read(size)
 
 
+def _record_length(f, offset: int, path: str) -> int:
+  """The data length in the header of the record at byte `offset`, its CRC checked (CorruptRecordError naming
+  `path` and `offset` for a short or corrupt header)."""
+  header = _pread(f, HEADER_BYTES, offset)
+  if len(header) < HEADER_BYTES:
+    raise CorruptRecordError(path, offset, f"truncated header ({len(header)} of {HEADER_BYTES} bytes)")
+  length, length_crc = _HEADER.unpack(header)
+  if masked_crc(header[:8]) != length_crc:
+    raise CorruptRecordError(path, offset, "length CRC mismatch")
+  return length
+
+
 def read_record(f, offset: int, path: str, verify: bool = True) -> bytes:
   """Reads the record starting at byte `offset` of the open binary file `f` (named `path` in errors).
 
@@ -161,12 +173,7 @@ def read_record(f, offset: int, path: str, verify: bool = True) -> bytes:
   files, so one handle may be shared by threads.
   """
   offset = int(offset)
-  header = _pread(f, HEADER_BYTES, offset)
-  if len(header) < HEADER_BYTES:
-    raise CorruptRecordError(path, offset, f"truncated header ({len(header)} of {HEADER_BYTES} bytes)")
-  length, length_crc = _HEADER.unpack(header)
-  if masked_crc(header[:8]) != length_crc:
-    raise CorruptRecordError(path, offset, "length CRC mismatch")
+  length = _record_length(f, offset, path)
   size = file_size(f)
   if offset + HEADER_BYTES + length + FOOTER_BYTES > size:  # before allocating what the header claims
     raise CorruptRecordError(path, offset, f"truncated record (its header claims {length} data bytes, the file "
@@ -186,12 +193,7 @@ def _scan_offsets(f, path: str) -> Iterator[int]:
   size = file_size(f)
   offset = 0
   while offset < size:
-    header = _pread(f, HEADER_BYTES, offset)
-    if len(header) < HEADER_BYTES:
-      raise CorruptRecordError(path, offset, f"truncated header ({len(header)} of {HEADER_BYTES} bytes)")
-    length, length_crc = _HEADER.unpack(header)
-    if masked_crc(header[:8]) != length_crc:
-      raise CorruptRecordError(path, offset, "length CRC mismatch")
+    length = _record_length(f, offset, path)
     end = offset + HEADER_BYTES + length + FOOTER_BYTES
     if end > size:
       raise CorruptRecordError(path, offset, f"truncated record (length {length}, file ends at byte {size})")
