@@ -41,3 +41,20 @@ def load_json_object(path: str, what: str, expected: str, finite: bool = True) -
   if not isinstance(raw, dict):
     raise ValueError(f"{what} {path}: expected an object {expected}, got {type(raw).__name__}")
   return raw
+
+
+def read_csv(path: str, what: str, columns=()):
+  """A CSV file (local or gs://) as a pandas DataFrame of strings (no cell read as NaN) that has `columns`; errors
+  name `what` and the path (FileNotFoundError when it is absent, ValueError when it does not parse or lacks one)."""
+  import pandas as pd  # pylint: disable=g-import-not-at-top
+  from evqa_jax import io  # pylint: disable=g-import-not-at-top
+  if not io.epath_of(path).is_file():
+    raise FileNotFoundError(f"{what} {path} does not exist")
+  try:
+    df = pd.read_csv(io.text_stream(path, what), dtype=str, keep_default_na=False)
+  except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+    raise ValueError(f"{what} {path}: cannot parse CSV ({e})") from None
+  missing = [c for c in columns if c not in df.columns]
+  if missing:
+    raise ValueError(f"{what} {path}: missing column(s) {missing}; found {list(df.columns)}")
+  return df

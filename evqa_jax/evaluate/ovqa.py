@@ -44,33 +44,18 @@ import sys
 from typing import Optional, Sequence
 
 import numpy as np
-import pandas as pd
 
 from evqa_jax import cli
 from evqa_jax import io
-from evqa_jax.evaluate import json_safe, load_json_object
+from evqa_jax.evaluate import json_safe, load_json_object, read_csv
 from evqa_jax.metrics import ovqa as ovqa_metrics_lib
 
 CATEGORIES = ovqa_metrics_lib.CATEGORIES
 
 
-def _read_csv(path: str, columns: Sequence[str], what: str) -> pd.DataFrame:
-  file = io.epath_of(path)  # local, or gs://... next to the records
-  if not file.is_file():
-    raise FileNotFoundError(f"{what} {path} does not exist")
-  try:
-    df = pd.read_csv(io.text_stream(path, what), dtype=str, keep_default_na=False)
-  except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
-    raise ValueError(f"{what} {path}: cannot parse CSV ({e})") from None
-  missing = [c for c in columns if c not in df.columns]
-  if missing:
-    raise ValueError(f"{what} {path}: missing column(s) {missing}; found {list(df.columns)}")
-  return df
-
-
 def read_answers(path: str, what: str = "answers CSV") -> list[str]:
   """The `answer` column of a train/test CSV, verbatim."""
-  return _read_csv(path, ["answer"], what)["answer"].tolist()
+  return read_csv(path, what, ["answer"])["answer"].tolist()
 
 
 def read_vocab(path: str, what: str = "test_vocab JSON") -> dict[str, int]:
@@ -105,7 +90,7 @@ def official_block(m: dict) -> dict:
 
 def read_predictions(path: str, num_test: int) -> list[Optional[str]]:
   """Predictions aligned with the test rows, [num_test]; None where the file has no row for that index."""
-  df = _read_csv(path, ["index", "prediction"], "prediction CSV")
+  df = read_csv(path, "prediction CSV", ["index", "prediction"])
   preds: list[Optional[str]] = [None] * num_test
   seen = set()
   for line, (raw_idx, pred) in enumerate(zip(df["index"], df["prediction"]), start=2):

@@ -50,12 +50,11 @@ import sys
 from typing import Any, Optional, Sequence
 
 import numpy as np
-import pandas as pd
 
 from evqa_jax import cli
 from evqa_jax import io
 from evqa_jax import log
-from evqa_jax.evaluate import json_safe, load_json_object
+from evqa_jax.evaluate import json_safe, load_json_object, read_csv
 from evqa_jax.metrics import st_evidence as st
 
 GT_COLUMNS = ("entry_id", "candidates", "answer", "segment")
@@ -68,15 +67,7 @@ TEMPORAL_KEYS = {"mIoU": "mIoU", "mIoP": "mIoP", "t_mean": "t_mean", "TIoU@0.3":
 
 def read_gt_csv(path: str) -> list[dict[str, Any]]:
   """Ground-truth rows: [{"entry_id", "candidates": [str], "answer": str, "segments": [(s, e)]}]."""
-  if not io.epath_of(path).is_file():
-    raise FileNotFoundError(f"ground-truth CSV {path} does not exist")
-  try:
-    df = pd.read_csv(io.text_stream(path, "ground-truth CSV"), dtype=str, keep_default_na=False)
-  except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
-    raise ValueError(f"ground-truth CSV {path}: cannot parse CSV ({e})") from None
-  missing = [c for c in GT_COLUMNS if c not in df.columns]
-  if missing:
-    raise ValueError(f"ground-truth CSV {path}: missing column(s) {missing}; found {list(df.columns)}")
+  df = read_csv(path, "ground-truth CSV", GT_COLUMNS)
   rows, seen = [], set()
   for line, rec in enumerate(df.to_dict("records"), start=2):
     entry_id = str(rec["entry_id"])  # verbatim: the official script matches ids without stripping

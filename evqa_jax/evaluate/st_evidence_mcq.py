@@ -52,12 +52,11 @@ import os
 import sys
 from typing import Any, Optional, Sequence
 
-import pandas as pd
 
 from evqa_jax import cli
 from evqa_jax import io
 from evqa_jax import log
-from evqa_jax.evaluate import json_safe, load_json_object
+from evqa_jax.evaluate import json_safe, load_json_object, read_csv
 from evqa_jax.metrics import st_evidence as st
 
 NUM_SPATIAL_OPTIONS = 4
@@ -114,12 +113,7 @@ def read_gt(path: str) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, i
 
 def _qa_letters(csv_path: str) -> dict[str, str]:
   """{entry_id: gt_answer letter} from st_evidence_mcq.csv, as the authors' inference scripts compute it."""
-  if not io.epath_of(csv_path).is_file():
-    raise FileNotFoundError(f"MCQ CSV {csv_path} does not exist")
-  try:
-    df = pd.read_csv(io.text_stream(csv_path, "MCQ CSV"), dtype=str, keep_default_na=False)
-  except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
-    raise ValueError(f"MCQ CSV {csv_path}: cannot parse CSV ({e})") from None
+  df = read_csv(csv_path, "MCQ CSV")
   col = "options" if "options" in df.columns else "candidates"
   missing = [c for c in ("entry_id", col, "answer") if c not in df.columns]
   if missing:
