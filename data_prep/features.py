@@ -78,10 +78,7 @@ class FeatureStore(Mapping):
       self._data = self._load_npy()
       self._get = lambda key: _to_numpy(self._data[key], self.path, key)
     elif ext in NPZ_EXTS:
-      try:
-        npz = np.load(self.path, allow_pickle=False)
-      except Exception as e:
-        raise FeatureError(f"{self.path}: cannot read as .npz ({e})") from e
+      npz = self._read(lambda: np.load(self.path, allow_pickle=False), "read as .npz")
       self._closer = npz.close
       self._data = {k: k for k in npz.files}
       self._get = lambda key: evqa_io.npz_member(npz, self._data[key], self.path, "feature file")
@@ -90,28 +87,28 @@ class FeatureStore(Mapping):
     else:
       raise FeatureError(f"feature file {self.path}: unknown extension {ext!r} (expected one of {ALL_EXTS})")
 
+  def _read(self, load, how: str):
+    """`load()`; its failure is a FeatureError naming the file and `how` it was read (a pickle refused without
+    trust_pickles keeps its own error, evqa_io.UnsafeInputError)."""
+    try:
+      return load()
+    except evqa_io.UnsafeInputError:
+      raise
+    except Exception as e:
+      raise FeatureError(f"{self.path}: cannot {how} ({e})") from e
+
   def _load_torch(self) -> dict:
     try:
       evqa_io.import_torch(f"{self.path} is a torch.save file: reading it")
     except ImportError as e:
       raise FeatureError(f"{e}; or convert the dict to .npz / HDF5") from e
-    try:
-      obj = evqa_io.torch_load(self.path, self.trust_pickles)
-    except evqa_io.UnsafeInputError:
-      raise
-    except Exception as e:
-      raise FeatureError(f"{self.path}: cannot read with torch.load ({e})") from e
+    obj = self._read(lambda: evqa_io.torch_load(self.path, self.trust_pickles), "read with torch.load")
     if not isinstance(obj, Mapping):
       raise FeatureError(f"{self.path}: expected a dict video_id -> tensor, got {type(obj).__name__}")
     return _str_keys(obj, self.path)
 
   def _load_npy(self) -> dict:
-    try:
-      arr = evqa_io.load_npy(self.path, self.trust_pickles)
-    except evqa_io.UnsafeInputError:
-      raise
-    except Exception as e:
-      raise FeatureError(f"{self.path}: cannot read as .npy ({e})") from e
+    arr = self._read(lambda: evqa_io.load_npy(self.path, self.trust_pickles), "read as .npy")
     obj = arr.item() if isinstance(arr, np.ndarray) and arr.dtype == object and arr.shape == () else arr
     if not isinstance(obj, Mapping):
       raise FeatureError(
@@ -121,10 +118,7 @@ class FeatureStore(Mapping):
 
   def _open_hdf5(self) -> None:
     import h5py
-    try:
-      f = h5py.File(self.path, "r")
-    except Exception as e:
-      raise FeatureError(f"{self.path}: cannot open as HDF5 ({e})") from e
+    f = self._read(lambda: h5py.File(self.path, "r"), "open as HDF5")
     self._closer = f.close
     self._data = {k: k for k in f.keys()}
 
