@@ -22,7 +22,7 @@ says where that layout comes from (the authors' loader code read for this module
   distilbert_dir        Hugging Face distilbert-base-uncased folder (config.json, vocab.txt, model.safetensors)
   justask_checkpoint    Just Ask's released VQA-T .pth (the DataParallel state dict, "module." keys)
   ovqa_authors_files    OVQA's train_vocab.json, test_vocab.json, ans2cat.json and answer_graph/*.pth
-  violin_release        VIOLIN's violin_annotation.json and all_res101_pool5_feat.h5
+  violin_release        VIOLIN's violin_annotation.json and all_res101_pool5_feat.h5 (all_det_features.h5 for det)
   ovqa_raw_videos       MSVD / MSRVTT / TGIF / ActivityNet video files (avi, mp4, gif, mkv) in the datasets' naming,
                         with CSVs and MSVD's youtube_mapping.txt (data_prep/ovqa_frames.py)
   evqa_release          ST-Evidence: st_evidence_gen.csv, videos_6fps/*.mp4, masks/, and the MCQ files
@@ -454,14 +454,16 @@ def violin_release(root: str, feature: str = "resnet", seed: int = 0) -> dict:
   violin_annotation.json: {clip_id: {"file": clip_id, "source", "split": "train" | "validate" | "test",
   "sub": [[text, start, end], ...], "statement": [[positive, negative] x 3]}} (the loader keeps clips with
   clip["split"] == mode, asserts clip["file"] unique, joins `clean_str(ss[0]).lower()` over clip["sub"], and
-  reads clip["statement"][i][0 | 1]). all_res101_pool5_feat.h5 (resnet) / all_c3d_fc6_features.h5 (c3d): one
-  group per clip file with dataset `resnet_features` float32 [T, 2048] / `c3d_features` [T, 4096]
-  (`fin[clip_id + '/{}_features'.format(opt.feat)]`).
+  reads clip["statement"][i][0 | 1]). all_res101_pool5_feat.h5 (resnet) / all_c3d_fc6_features.h5 (c3d) /
+  all_det_features.h5 (det, the per-frame pooled Faster R-CNN features, which the release never shipped: the loader's
+  layout for its other kinds): one group per clip file with dataset `resnet_features` float32 [T, 2048] /
+  `c3d_features` [T, 4096] / `det_features` [T, 2048] (`fin[clip_id + '/{}_features'.format(opt.feat)]`).
   """
   import h5py
+  from data_prep import violin  # pylint: disable=g-import-not-at-top
   os.makedirs(root, exist_ok=True)
   rng = np.random.default_rng(seed)
-  dim = {"resnet": 2048, "c3d": 4096}[feature]
+  dim = violin.FEATURE_DIMS[feature]
   ann = {}
   for k, (clip, (split, sub)) in enumerate(VIOLIN_CLIPS.items()):
     ann[clip] = {"file": clip, "source": clip.split("_")[0], "split": split, "sub": sub,
@@ -469,7 +471,7 @@ def violin_release(root: str, feature: str = "resnet", seed: int = 0) -> dict:
                                for i in range(3)]}
   with open(os.path.join(root, "violin_annotation.json"), "w") as f:
     json.dump(ann, f)
-  name = "all_res101_pool5_feat.h5" if feature == "resnet" else "all_c3d_fc6_features.h5"
+  name = violin.RELEASE_FILES[feature]
   feats = {}
   with h5py.File(os.path.join(root, name), "w") as f:
     for clip in ann:
@@ -853,7 +855,9 @@ def write_ovqa(root: str) -> dict:
 
 
 def write_violin(root: str) -> dict:
-  """VIOLIN: root/violin_annotation.json and root/all_res101_pool5_feat.h5, as in the authors' feature folder."""
+  """VIOLIN: root/violin_annotation.json, root/all_res101_pool5_feat.h5 (as in the authors' feature folder) and
+  root/all_det_features.h5 (the detection features in the same layout)."""
+  violin_release(root, feature="det", seed=1)
   return {"dir": violin_release(root)["dir"]}
 
 

@@ -1,15 +1,21 @@
 """VIOLIN converter: official release (annotation JSON + HDF5 frame features) -> TFRecord dataset.
 
     python -m data_prep.violin --annotation violin_annotation.json --features F.h5 \
-        [--feature resnet|c3d] [--feature-dim D] [--max-frames 256] [--num-shards N] [--skip-bad] --out OUT
+        [--feature resnet|c3d|det] [--feature-dim D] [--max-frames 256] [--num-shards N] [--skip-bad] --out OUT
 
 Raw format (REFERENCE.md section 2):
   violin_annotation.json  {clip_id: {"file": str, "split": "train"|"validate"|"test",
                                      "sub": [[text, start, end], ...],
                                      "statement": [[positive, negative], x 3]}}
-  F.h5                    `<file>/resnet_features` [T, 2048] and/or `<file>/c3d_features` [T, 4096], keyed by
-                          the clip's "file" field as the authors' violin_dataset.py reads them
-                          (`fin[clip['file'] + '/resnet_features']`); each file belongs to one clip
+  F.h5                    `<file>/<feature>_features`, keyed by the clip's "file" field as the authors'
+                          violin_dataset.py reads them (`fin[clip['file'] + '/{}_features'.format(opt.feat)]`); each
+                          file belongs to one clip. Per feature kind (RELEASE_FILES: the release's file names):
+                            resnet  `resnet_features` [T, 2048], ResNet-101 pool5, 3 fps (all_res101_pool5_feat.h5)
+                            c3d     `c3d_features` [T, 4096], C3D fc6, one row per 16 frames (all_c3d_fc6_features.h5)
+                            det     `det_features` [T, 2048], Faster R-CNN (Visual Genome) region features pooled to
+                                    one 2048-d row per frame, 3 fps (the paper's section 5.1). The release lists
+                                    detection features as "TODO" and never shipped them: key and layout follow the
+                                    loader's pattern for the other two kinds; the file name is ours
 
 Record schema (one record per (clip, statement pair); split names as in the annotation):
   clip_id        string ()          annotation key
@@ -51,7 +57,9 @@ from data_prep import features as features_lib
 from evqa_jax.data.example import Feature
 
 SPLITS = ("train", "validate", "test")
-FEATURE_DIMS = {"resnet": 2048, "c3d": 4096}
+FEATURE_DIMS = {"resnet": 2048, "c3d": 4096, "det": 2048}
+# The release's HDF5 file per feature kind (det: not released; the name used by our fixture and docs).
+RELEASE_FILES = {"resnet": "all_res101_pool5_feat.h5", "c3d": "all_c3d_fc6_features.h5", "det": "all_det_features.h5"}
 MAX_FRAMES = 256
 ANNOTATION_COPY = "violin_annotation.json"
 
@@ -154,8 +162,10 @@ def check_clip_features(h5, clip_id: str, feature: str, feature_dim: int, path: 
     raise ConversionError("missing_features", f"{path}: clip {clip_id!r} (file {file!r}): dataset {key!r} is missing")
   shape = h5[key].shape
   if len(shape) != 2 or shape[1] != feature_dim:
+    hint = ("; detection features must be pooled to one row per frame first (the paper's pooling layer)"
+            if feature == "det" and len(shape) == 3 else "")
     raise ConversionError("wrong_feature_dim",
-                          f"{path}: clip {clip_id!r}: field {key!r} has shape {shape}, expected [T, {feature_dim}]")
+                          f"{path}: clip {clip_id!r}: field {key!r} has shape {shape}, expected [T, {feature_dim}]{hint}")
   if shape[0] == 0:
     raise ConversionError("empty_features", f"{path}: clip {clip_id!r}: field {key!r} has no frames")
   if h5[key].dtype.kind not in "fiu":
@@ -308,7 +318,7 @@ def main(argv=None) -> int:
   p.add_argument("--features", required=True, help="HDF5 file with <file>/<feature>_features, <file> being each clip's \"file\" field in the "
                  "annotation (not its clip id), as the authors' violin_dataset.py reads it")
   p.add_argument("--feature", default="resnet", choices=sorted(FEATURE_DIMS))
-  p.add_argument("--feature-dim", type=settings.arg(settings.POSITIVE_INT, "--feature-dim"), default=None, help="expected D (default: 2048 resnet, 4096 c3d)")
+  p.add_argument("--feature-dim", type=settings.arg(settings.POSITIVE_INT, "--feature-dim"), default=None, help="expected D (default: 2048 resnet and det, 4096 c3d)")
   p.add_argument("--max-frames", type=settings.arg(settings.POSITIVE_INT, "--max-frames"), default=MAX_FRAMES)
   p.add_argument("--num-shards", type=settings.arg(settings.POSITIVE_INT, "--num-shards"), default=1)
   p.add_argument("--skip-bad", action="store_true", help="skip and count bad clips instead of failing")

@@ -87,6 +87,37 @@ def test_default_cap_of_256_frames_and_c3d(tmp_path):
   assert records.load_metadata(out)["feature_dim"] == 4096
 
 
+def test_detection_features_release_layout(tmp_path):
+  """`--feature det`: the release-shaped fixture's all_det_features.h5 (`<file>/det_features` [T, 2048], per-frame
+  pooled regions) converts through the CLI with the same checks; region-level [T, R, 2048] arrays are named and
+  counted, and a resnet-keyed file read as det names the missing det dataset."""
+  from data_prep import fixtures
+  rel = fixtures.violin_release(str(tmp_path / "feat"), feature="det")
+  assert os.path.basename(rel["h5"]) == "all_det_features.h5" == violin.RELEASE_FILES["det"]
+  ann = os.path.join(rel["dir"], "violin_annotation.json")
+  out = str(tmp_path / "out")
+  assert cli.run(violin.main, ["--annotation", ann, "--features", rel["h5"], "--feature", "det", "--out", out]) == 0
+  meta = records.load_metadata(out)
+  assert meta["feature"] == "det" and meta["feature_dim"] == 2048
+  clip = "desperate_housewives_s02e03_clip_07"
+  r = _read(out, "test")[0]
+  x = rel["features"][clip].astype(np.float64)
+  assert r["clip_id"] == clip and r["video_len"] == len(x)
+  np.testing.assert_allclose(r["video"], x / np.linalg.norm(x, axis=1, keepdims=True), rtol=1e-6)
+
+  regions = np.ones((3, 10, 2048), np.float32)  # un-pooled: 10 regions a frame
+  a, h = _write(tmp_path, {"good": _clip("train"), "bad": _clip("train")},
+                {"good": np.ones((3, 2048), np.float32), "bad": regions}, key="det_features")
+  with pytest.raises(violin.ConversionError, match=r"'bad/det_features' has shape \(3, 10, 2048\).*pooled to one "
+                     "row per frame"):
+    violin.convert(a, h, str(tmp_path / "o2"), feature="det", verbose=False)
+  counts = violin.convert(a, h, str(tmp_path / "o2"), feature="det", skip_bad=True, verbose=False)
+  assert counts["train"]["skipped_clips"] == {"wrong_feature_dim": 1} and counts["train"]["converted_clips"] == 1
+  with pytest.raises(violin.ConversionError, match="dataset 'friends_s01e01_seg01_clip_00/det_features' is missing"):
+    violin.convert(ann, fixtures.violin_release(str(tmp_path / "res"))["h5"], str(tmp_path / "o3"), feature="det",
+                   verbose=False)
+
+
 BAD_CASES = [
     # (name, annotation for clip "bad", features for "bad" (None: absent), reason, message fragments)
     ("missing_key", {"file": "x", "split": "train", "sub": []}, np.ones((2, 4)), "missing_field", ["'statement'"]),

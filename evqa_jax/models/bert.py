@@ -97,6 +97,12 @@ class BertConfig:
     return hf_utils.config_from_hf_dir(cls, path, **overrides)
 
 
+def key_mask_bias(mask):
+  """`[batch, S]` key mask (1 = attend) -> the additive float32 bias `[batch, 1, 1, S]` (0 or float32 min), kept
+  in fp32 (scores are fp32) so that bf16 cannot overflow it."""
+  return jnp.where(mask[:, None, None, :] > 0, 0.0, jnp.finfo(jnp.float32).min).astype(jnp.float32)
+
+
 def _constrain(x):
   return nn.with_logical_constraint(x, ("batch", "length", "embed"))
 
@@ -357,7 +363,7 @@ class BertLM(nn.Module):
     embeddings = BertEmbeddings(cfg, name="embeddings")
     x = _constrain(embeddings(input_ids, token_type_ids, visual_embeds, deterministic))
     # Additive key mask, kept in fp32 (scores are fp32) so bf16 cannot overflow it.
-    mask_bias = jnp.where(mask[:, None, None, :] > 0, 0.0, jnp.finfo(jnp.float32).min).astype(jnp.float32)
+    mask_bias = key_mask_bias(mask)
     if mask_index is not None and mask_index.shape != (batch,):
       raise ValueError(f"BertLM: mask_index must be [batch={batch}], got {mask_index.shape}")
     hidden, at_mask = BertEncoder(cfg, name="encoder")(x, mask_bias, deterministic, mask_index=mask_index)
@@ -409,40 +415,65 @@ def word_embeddings(params) -> jax.Array:
     raise KeyError("word_embeddings: no embeddings/word_embeddings/embedding in the params tree") from e
 
 
-def hf_rules(config: BertConfig) -> Dict[str, hf_utils.Rule]:
-  """Our flat param path -> how to compute it from a (prefix-stripped) Hugging Face BERT state dict."""
+def embedding_rules() -> Dict[str, hf_utils.Rule]:
+  """`BertEmbeddings` (ours `embeddings/...`) from a Hugging Face `embeddings.*` (BERT, LXMERT)."""
+  rule = hf_utils.Rule
+  rules = {f"embeddings/{n}/embedding": rule((f"embeddings.{n}.weight",))
+           for n in ("word_embeddings", "position_embeddings", "token_type_embeddings")}
+  rules["embeddings/LayerNorm/scale"] = rule(("embeddings.LayerNorm.weight",))
+  rules["embeddings/LayerNorm/bias"] = rule(("embeddings.LayerNorm.bias",))
+  return rules
+
+
+def layer_norm_rules(ours: str, hf: str) -> Dict[str, hf_utils.Rule]:
+  return {f"{ours}/scale": hf_utils.Rule((f"{hf}.weight",)), f"{ours}/bias": hf_utils.Rule((f"{hf}.bias",))}
+
+
+def linear_rules(ours: str, hf: str) -> Dict[str, hf_utils.Rule]:
+  """An `nn.Dense` from a PyTorch `nn.Linear` (weight [out, in] transposed)."""
+  return {f"{ours}/kernel": hf_utils.Rule((f"{hf}.weight",), hf_utils.linear_kernel),
+          f"{ours}/bias": hf_utils.Rule((f"{hf}.bias",))}
+
+
+def attention_rules(config: BertConfig, ours: str, hf: str, self_name: str = "self") -> Dict[str, hf_utils.Rule]:
+  """`BertAttention` at `ours` (`self/{query,key,value}`, `output/{dense,LayerNorm}`) from the Hugging Face module at
+  `hf` whose query/key/value live under `self_name` (BERT's "self", LXMERT's cross-attention "att")."""
   h, nh, hd = config.hidden_size, config.num_attention_heads, config.head_dim
   rule, lin = hf_utils.Rule, hf_utils.linear_kernel
-  rules = {
-      "embeddings/word_embeddings/embedding": rule(("embeddings.word_embeddings.weight",)),
-      "embeddings/position_embeddings/embedding": rule(("embeddings.position_embeddings.weight",)),
-      "embeddings/token_type_embeddings/embedding": rule(("embeddings.token_type_embeddings.weight",)),
-      "embeddings/LayerNorm/scale": rule(("embeddings.LayerNorm.weight",)),
-      "embeddings/LayerNorm/bias": rule(("embeddings.LayerNorm.bias",)),
-      "cls/predictions/bias": rule(("cls.predictions.bias",)),
-      "cls/predictions/transform/dense/kernel": rule(("cls.predictions.transform.dense.weight",), lin),
-      "cls/predictions/transform/dense/bias": rule(("cls.predictions.transform.dense.bias",)),
-      "cls/predictions/transform/LayerNorm/scale": rule(("cls.predictions.transform.LayerNorm.weight",)),
-      "cls/predictions/transform/LayerNorm/bias": rule(("cls.predictions.transform.LayerNorm.bias",)),
-  }
+  rules = {}
+  for name in ("query", "key", "value"):
+    rules[f"{ours}/self/{name}/kernel"] = rule((f"{hf}.{self_name}.{name}.weight",),
+                                               lambda w: lin(w).reshape(h, nh, hd))
+    rules[f"{ours}/self/{name}/bias"] = rule((f"{hf}.{self_name}.{name}.bias",), lambda b: b.reshape(nh, hd))
+  rules[f"{ours}/output/dense/kernel"] = rule((f"{hf}.output.dense.weight",), lambda w: lin(w).reshape(nh, hd, h))
+  rules[f"{ours}/output/dense/bias"] = rule((f"{hf}.output.dense.bias",))
+  rules.update(layer_norm_rules(f"{ours}/output/LayerNorm", f"{hf}.output.LayerNorm"))
+  return rules
+
+
+def ffn_rules(ours_inter: str, hf_inter: str, ours_out: str, hf_out: str) -> Dict[str, hf_utils.Rule]:
+  """`BertIntermediate` + `BertOutput` (dense, dense + LayerNorm) from their Hugging Face modules."""
+  rules = linear_rules(f"{ours_inter}/dense", f"{hf_inter}.dense")
+  rules.update(linear_rules(f"{ours_out}/dense", f"{hf_out}.dense"))
+  rules.update(layer_norm_rules(f"{ours_out}/LayerNorm", f"{hf_out}.LayerNorm"))
+  return rules
+
+
+def layer_rules(config: BertConfig, ours: str, hf: str) -> Dict[str, hf_utils.Rule]:
+  """One `BertLayer` at `ours` from a Hugging Face BERT-style layer at `hf` (BERT's and LXMERT's `LxmertLayer`)."""
+  rules = attention_rules(config, f"{ours}/attention", f"{hf}.attention")
+  rules.update(ffn_rules(f"{ours}/intermediate", f"{hf}.intermediate", f"{ours}/output", f"{hf}.output"))
+  return rules
+
+
+def hf_rules(config: BertConfig) -> Dict[str, hf_utils.Rule]:
+  """Our flat param path -> how to compute it from a (prefix-stripped) Hugging Face BERT state dict."""
+  rules = embedding_rules()
+  rules["cls/predictions/bias"] = hf_utils.Rule(("cls.predictions.bias",))
+  rules.update(linear_rules("cls/predictions/transform/dense", "cls.predictions.transform.dense"))
+  rules.update(layer_norm_rules("cls/predictions/transform/LayerNorm", "cls.predictions.transform.LayerNorm"))
   for i in range(config.num_hidden_layers):
-    ours, hf = f"encoder/layer_{i}", f"encoder.layer.{i}"
-    for name in ("query", "key", "value"):
-      rules[f"{ours}/attention/self/{name}/kernel"] = rule(
-          (f"{hf}.attention.self.{name}.weight",), lambda w: lin(w).reshape(h, nh, hd))
-      rules[f"{ours}/attention/self/{name}/bias"] = rule(
-          (f"{hf}.attention.self.{name}.bias",), lambda b: b.reshape(nh, hd))
-    rules[f"{ours}/attention/output/dense/kernel"] = rule(
-        (f"{hf}.attention.output.dense.weight",), lambda w: lin(w).reshape(nh, hd, h))
-    for ours_mod, hf_mod in (("attention/output/dense", "attention.output.dense"),
-                             ("intermediate/dense", "intermediate.dense"), ("output/dense", "output.dense")):
-      rules[f"{ours}/{ours_mod}/bias"] = rule((f"{hf}.{hf_mod}.bias",))
-      if ours_mod != "attention/output/dense":
-        rules[f"{ours}/{ours_mod}/kernel"] = rule((f"{hf}.{hf_mod}.weight",), lin)
-    for ours_mod, hf_mod in (("attention/output/LayerNorm", "attention.output.LayerNorm"),
-                             ("output/LayerNorm", "output.LayerNorm")):
-      rules[f"{ours}/{ours_mod}/scale"] = rule((f"{hf}.{hf_mod}.weight",))
-      rules[f"{ours}/{ours_mod}/bias"] = rule((f"{hf}.{hf_mod}.bias",))
+    rules.update(layer_rules(config, f"encoder/layer_{i}", f"encoder.layer.{i}"))
   return rules
 
 

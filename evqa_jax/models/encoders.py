@@ -16,6 +16,7 @@ DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 _TABLE = {
     "bert": ("evqa_jax.models.bert", "BertLM", "BertConfig"),
     "deberta_v2": ("evqa_jax.models.deberta_v2", "DebertaV2LM", "DebertaV2Config"),
+    "lxmert": ("evqa_jax.models.lxmert", "LxmertLM", "LxmertConfig"),
 }
 
 
@@ -40,6 +41,19 @@ def config_class(name: str):
 def word_embeddings(name: str, params):
   """The frozen input word-embedding matrix `[vocab, H]` inside an encoder's params tree."""
   return _module(name).word_embeddings(params)
+
+
+def dummy_inputs(name: str, config) -> dict:
+  """Keyword inputs of the right shapes for `ENCODERS[name](config).init`: the module's own `dummy_inputs` where it
+  has one (BERT, LXMERT), else ids and mask [1, 8] (+ the visual prefix when the config has one)."""
+  module = _module(name)
+  if hasattr(module, "dummy_inputs"):
+    return module.dummy_inputs(config)
+  ids = jnp.ones((1, 8), jnp.int32)
+  inputs = {"input_ids": ids, "attention_mask": jnp.ones_like(ids)}
+  if config.num_visual_tokens:
+    inputs["visual"] = jnp.zeros((1, config.num_visual_tokens, config.visual_dim))
+  return inputs
 
 
 def load_hf_params(name: str, config, path: str, init_params):

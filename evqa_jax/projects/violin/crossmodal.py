@@ -121,11 +121,11 @@ class ViolinCrossModal(nn.Module):
 
   def _get(self, batch, name, ndim, leading):
     if name not in batch or batch[name] is None:
-      raise ValueError(f"ViolinCrossModal: batch field {name!r} is required (use_video={self.use_video}, "
+      raise ValueError(f"{type(self).__name__}: batch field {name!r} is required (use_video={self.use_video}, "
                        f"use_subtitles={self.use_subtitles}) but missing")
     x = batch[name]
     if x.ndim != ndim or tuple(x.shape[:len(leading)]) != tuple(leading):
-      raise ValueError(f"ViolinCrossModal: batch field {name!r} has shape {tuple(x.shape)}, expected {ndim} dims "
+      raise ValueError(f"{type(self).__name__}: batch field {name!r} has shape {tuple(x.shape)}, expected {ndim} dims "
                        f"starting with {tuple(leading)}")
     return x
 
@@ -164,16 +164,16 @@ class ViolinCrossModal(nn.Module):
       video, mask = jnp.repeat(video, repeat, axis=0), jnp.repeat(mask, repeat, axis=0)
     return video, mask
 
-  @nn.compact
-  def __call__(self, batch: dict, deterministic: bool = True):
+  def _text(self, batch):
+    """-> (ids, mask, token_type_ids) `[b * per_clip, Ls + Lu - 1]` of "[CLS] statement [SEP] subtitles [SEP]",
+    b, per_clip (2 for pairs, rows 2i / 2i+1 = positive / negative of clip i; 1 for single statements), paired."""
     if self.encoder_config is None:
-      raise ValueError("ViolinCrossModal: encoder_config is required")
-    cfg = self.lm_config
+      raise ValueError(f"{type(self).__name__}: encoder_config is required")
     if self.single_frame and not self.use_video:
-      raise ValueError("ViolinCrossModal: single_frame=True needs use_video=True")
+      raise ValueError(f"{type(self).__name__}: single_frame=True needs use_video=True")
     statement_ids = batch.get("statement_ids")
     if statement_ids is None or statement_ids.ndim not in (2, 3):
-      raise ValueError("ViolinCrossModal: batch field 'statement_ids' must be [b, Ls] or [b, 2, Ls], got "
+      raise ValueError(f"{type(self).__name__}: batch field 'statement_ids' must be [b, Ls] or [b, 2, Ls], got "
                        f"{None if statement_ids is None else tuple(statement_ids.shape)}")
     paired = statement_ids.ndim == 3
     b = statement_ids.shape[0]
@@ -189,6 +189,12 @@ class ViolinCrossModal(nn.Module):
       sub_mask = self._get(batch, "subtitle_mask", 2, sub_ids.shape)
       sub_ids, sub_mask = jnp.repeat(sub_ids, per_clip, axis=0), jnp.repeat(sub_mask, per_clip, axis=0)
     ids, mask, types = pack_statement_subtitles(statement_ids, statement_mask, sub_ids, sub_mask)
+    return ids, mask, types, b, per_clip, paired
+
+  @nn.compact
+  def __call__(self, batch: dict, deterministic: bool = True):
+    ids, mask, types, b, per_clip, paired = self._text(batch)
+    cfg = self.lm_config
     visual, visual_mask = self._visual(batch, b * per_clip, per_clip)
 
     lm = encoders.ENCODERS[self.encoder](cfg, name="text_encoder")

@@ -157,11 +157,9 @@ def subtitle_text(entry: dict) -> str:
 def _encoder_init(encoder: str, encoder_config):
   """rng -> plain (unboxed) params of the text encoder `encoder_config` on dummy inputs."""
   module = encoders.ENCODERS[encoder](encoder_config)
-  ids = jnp.ones((1, 8), jnp.int32)
-  kwargs = {}
-  if encoder_config.num_visual_tokens:
-    kwargs["visual"] = jnp.zeros((1, encoder_config.num_visual_tokens, encoder_config.visual_dim))
-  return lambda r: nn.meta.unbox(module.init(r, ids, jnp.ones_like(ids), **kwargs)["params"])
+  kwargs = encoders.dummy_inputs(encoder, encoder_config)
+  ids, mask = kwargs.pop("input_ids"), kwargs.pop("attention_mask")
+  return lambda r: nn.meta.unbox(module.init(r, ids, mask, **kwargs)["params"])
 
 
 def frozen_encoder_params(encoder: str, encoder_config, pretrained_dir, seed: int) -> dict:

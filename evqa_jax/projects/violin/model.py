@@ -9,6 +9,8 @@
               TVQA unless config.trainable leaves it out) feeds the baseline's LSTM text encoder.
   crossmodal  crossmodal.ViolinCrossModal (a BERT-family LM over [video tokens; statement; subtitles] with a
               classification head): a single joint encoder, so no cached text features.
+  lxmert      lxmert_model.ViolinLxmert (Table 3's LXMERT row: LXMERT's encoder over [statement; subtitles] and one
+              object per frame, LXMERT's head on its pooled output; everything trains).
   bert_mlm    `BertMLM` below: the BERT fine-tuning stage on VIOLIN text (masked LM) that runs before the encoder is
               frozen (configs/violin_bert_ft.py; task in bert_ft.py). Its encoder lives under `text_encoder/` too, so
               the baseline takes it as it is (`config.pretrained.init_from`).
@@ -23,6 +25,7 @@ import jax.numpy as jnp
 from evqa_jax.models import encoders
 from evqa_jax.projects.violin import baseline as baseline_lib
 from evqa_jax.projects.violin.crossmodal import ViolinCrossModal
+from evqa_jax.projects.violin.lxmert_model import ViolinLxmert
 
 
 class BaselineModel(nn.Module):
@@ -166,7 +169,7 @@ class BertMLM(nn.Module):
 
 
 # config.model_name -> the model class.
-MODELS = {"baseline": BaselineModel, "crossmodal": ViolinCrossModal, "bert_mlm": BertMLM}
+MODELS = {"baseline": BaselineModel, "crossmodal": ViolinCrossModal, "lxmert": ViolinLxmert, "bert_mlm": BertMLM}
 
 
 def model_class(config):

@@ -30,7 +30,7 @@ class Task(base.Task):
     super().__init__(config)
     mc, dc = config.model, config.data
     cls = model_lib.model_class(config)
-    crossmodal = cls is model_lib.ViolinCrossModal
+    crossmodal = issubclass(cls, model_lib.ViolinCrossModal)  # one joint encoder (the cross-modal LM or LXMERT)
     if not crossmodal and mc.text_features not in ("online", "cached"):
       raise ValueError(f"config.model.text_features = {mc.text_features!r}: expected 'online' or 'cached'")
     if mc.single_frame and not mc.use_video:
@@ -44,13 +44,21 @@ class Task(base.Task):
     self.pretrained_dir = pretrained.checkpoint_dir(config.pretrained)
     if crossmodal and config.pretrained.init_from:
       raise ValueError("config.pretrained.init_from (the BERT fine-tuning stage's workdir) is read by the baseline "
-                       "model only; the crossmodal model starts from config.pretrained.dir")
+                       f"model only; the {config.model_name} model starts from config.pretrained.dir")
     if self.glove and config.pretrained.init_from:
       raise ValueError("config.pretrained.init_from (the BERT fine-tuning stage's workdir) has no use with the GloVe "
                        "text encoder (config.model.encoder = 'glove'); leave it empty")
     if self.glove:  # word ids -> GloVe table (load_pretrained) -> the baseline's LSTM text encoder
       self.model = cls(**mc, feature_dim=self.input.feature_dim, vocab_size=len(self.input.words),
                        word_dim=config.word_vectors.dim)
+    elif cls is model_lib.ViolinLxmert:  # the frames are LXMERT's objects, read by its own visn_fc
+      encoder_config = encoders.encoder_config(mc.encoder, config.pretrained)
+      if getattr(encoder_config, "visual_feat_dim", None) != self.input.feature_dim:
+        raise ValueError(f"config.model_name = 'lxmert': the records' frames are {self.input.feature_dim}-d "
+                         f"(config.data.feature_dim) but the LXMERT checkpoint (config.pretrained.dir / shape) reads "
+                         f"{getattr(encoder_config, 'visual_feat_dim', None)}-d objects (visual_feat_dim); convert "
+                         "2048-d features (--feature det or resnet) for it")
+      self.model = cls(**mc, encoder_config=encoder_config)
     elif crossmodal:  # the LM reads the frames itself: one visual token per frame slot
       encoder_config = encoders.encoder_config(mc.encoder, config.pretrained, num_visual_tokens=dc.max_frames,
                                                  visual_dim=self.input.feature_dim)
