@@ -6,7 +6,10 @@
   python launch/train.py --config=configs/violin.py:demo --workdir=runs/violin_demo          # synthetic, CPU minutes
   python launch/sweep.py --config=configs/violin.py:demo --sweep=inputs --workdir=runs/violin_inputs   # Table 3
 Variants (comma-separated after ':'): demo (built-in synthetic world, generated on first use, + MiniLM-L6 text
-features cached once), c3d (C3D features, 4096-d), glove (Table 3's GloVe rows: GloVe word vectors + the LSTM text
+features cached once), c3d (C3D features, 4096-d), det (Table 3's Det rows: the per-frame pooled Faster R-CNN
+features, 2048-d, records converted with --feature det), lxmert (Table 3's LXMERT row: LXMERT's encoder over the
+statement + subtitles and one object per frame of the det features, fine-tuned whole; --config.pretrained.dir = a
+local Hugging Face LXMERT folder), glove (Table 3's GloVe rows: GloVe word vectors + the LSTM text
 encoder instead of BERT; --config.word_vectors.source = a GloVe 300d text file), crossmodal (BERT-family LM over video
 tokens + text with a classification head; not in the paper), cached (precompute the frozen text features once), bf16,
 small (tests: tiny world, tiny encoder), shapes_only (bert-base-uncased's architecture with random weights and no

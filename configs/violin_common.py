@@ -13,14 +13,26 @@ import ml_collections
 
 from configs import common
 
-VARIANTS = {"demo", "small", "c3d", "crossmodal", "cached", "bf16", "shapes_only", "glove"}
+VARIANTS = {"demo", "small", "c3d", "det", "crossmodal", "lxmert", "cached", "bf16", "shapes_only", "glove"}
 
-FEATURE_DIMS = {"resnet": 2048, "c3d": 4096}
+FEATURE_DIMS = {"resnet": 2048, "c3d": 4096, "det": 2048}
 
 # bert-base-uncased (its config.json), for building without the checkpoint (`shapes_only`).
 BERT_BASE = dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
                  intermediate_size=3072, hidden_act="gelu", max_position_embeddings=512, type_vocab_size=2,
                  hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1, layer_norm_eps=1e-12, pad_token_id=0)
+
+# lxmert-base-uncased (unc-nlp/lxmert-base-uncased's config.json), for building without the checkpoint.
+LXMERT_BASE = dict(vocab_size=30522, hidden_size=768, num_attention_heads=12, intermediate_size=3072,
+                   hidden_act="gelu", max_position_embeddings=512, type_vocab_size=2, hidden_dropout_prob=0.1,
+                   attention_probs_dropout_prob=0.1, l_layers=9, x_layers=5, r_layers=5, visual_feat_dim=2048,
+                   visual_pos_dim=4)
+
+# A tiny random LXMERT for tests (the MiniLM tokenizer's vocabulary; the small world's 512-d frames).
+TINY_LXMERT = dict(vocab_size=30522, hidden_size=32, num_attention_heads=2, intermediate_size=64, hidden_act="gelu",
+                   max_position_embeddings=128, type_vocab_size=2, hidden_dropout_prob=0.1,
+                   attention_probs_dropout_prob=0.1, l_layers=1, x_layers=1, r_layers=1, visual_feat_dim=512,
+                   visual_pos_dim=4)
 
 # A tiny BERT (random, frozen) with the MiniLM tokenizer's vocabulary: tests need the plumbing, not the semantics.
 TINY_BERT = dict(vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
@@ -40,7 +52,14 @@ def violin_config(arg, config_file: str = "configs/violin.py") -> ml_collections
   c.checkpoint_every_epochs = 1
   c.log_every_steps = 50
 
-  feature = "c3d" if "c3d" in variants else "resnet"
+  for a, b in (("c3d", "det"), ("lxmert", "crossmodal"), ("lxmert", "c3d"), ("lxmert", "demo")):
+    if {a, b} <= variants:
+      why = {("c3d", "det"): "two feature kinds", ("lxmert", "crossmodal"): "two models",
+             ("lxmert", "c3d"): "LXMERT reads 2048-d objects, C3D rows are 4096-d",
+             ("lxmert", "demo"): "no LXMERT weights ship with a package"}[a, b]
+      raise ValueError(f"{config_file}: variant {a!r} does not combine with {b!r} ({why})")
+  # LXMERT's visual encoder was pretrained on Faster R-CNN (Visual Genome) region features: the detection features.
+  feature = "c3d" if "c3d" in variants else "det" if variants & {"det", "lxmert"} else "resnet"
   c.data = ml_collections.ConfigDict(dict(
       dir=f"~/data/evqa/violin/{feature}/records",  # python -m data_prep.violin ... --feature {feature} --out DIR
       synthetic="",  # demo: the preset of the built-in synthetic world to generate when dir is empty
@@ -59,7 +78,7 @@ def violin_config(arg, config_file: str = "configs/violin.py") -> ml_collections
       worker_count=0, on_corrupt="raise"))
 
   # model_class(config)(**config.model) in evqa_jax/projects/violin/model.py: these keys are the model's fields.
-  c.model_name = "baseline"  # baseline | crossmodal
+  c.model_name = "baseline"  # baseline | crossmodal | lxmert
   c.model = ml_collections.ConfigDict(dict(
       encoder="bert",
       text_features="online",  # online: the frozen encoder runs in the step; cached: run once per text, on disk
@@ -97,6 +116,27 @@ def violin_config(arg, config_file: str = "configs/violin.py") -> ml_collections
     c.data.max_frames = 32
     c.data.max_statement_tokens = 48  # 32 frames + statement + subtitles must fit BERT's 512 positions
     c.optim.lr = 5e-5
+  if "lxmert" in variants:
+    # Table 3's LXMERT row (evqa_jax/projects/violin/lxmert_model.py): LXMERT's encoder over "[CLS] statement [SEP]
+    # subtitles [SEP]" and one object per frame (its feature; a box from the frame's place in the clip), LXMERT's
+    # logit_fc head on the pooled output, the paired loss. Everything trains, with LXMERT's fine-tuning recipe
+    # (its repo's BertAdam: lr 5e-5, warm-up 10% then linear decay, weight decay 0.01, eps 1e-6, clip 1.0, batch 32,
+    # 4 epochs as for NLVR2). 36 frames = LXMERT's 36 objects an image (clips are subsampled uniformly to them).
+    c.model_name = "lxmert"
+    c.model = ml_collections.ConfigDict(dict(
+        encoder="lxmert", use_video=True, use_subtitles=True, single_frame=False, middle_frame="authors",
+        frame_box="temporal",  # temporal: frame i of n spans x in [i/n, (i+1)/n]; whole: (0, 0, 1, 1)
+        dropout=0.0, dtype="float32"))  # dropout on the pooled output (LXMERT's heads have none)
+    c.pretrained.dir = "~/models/lxmert-base-uncased"  # a local Hugging Face LXMERT folder (unc-nlp/lxmert-base-uncased)
+    c.trainable = ("^text_encoder/", "^logit_fc/")
+    c.data.max_frames = 36
+    c.data.max_statement_tokens = 48  # + 256 subtitle tokens: 303 positions of LXMERT's 512
+    c.batch_size = 32
+    c.eval_batch_size = 64
+    c.total_epochs = 4
+    c.optim = ml_collections.ConfigDict(dict(
+        name="adam", lr=5e-5, b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.01,
+        warmup_fraction=0.1, decay="linear", grad_clip=1.0))
   if "glove" in variants and c.model_name != "baseline":
     raise ValueError(f"{config_file}: variant 'glove' is the baseline's text encoder; it does not combine with "
                      f"{c.model_name!r}")
@@ -119,7 +159,7 @@ def violin_config(arg, config_file: str = "configs/violin.py") -> ml_collections
     # MiniLM's tokenizer (the same 30,522-piece uncased vocabulary).
     c.pretrained.dir = ""
     c.pretrained.tokenizer = "pkg:minilm"
-    c.pretrained.shape = ml_collections.ConfigDict(BERT_BASE)
+    c.pretrained.shape = ml_collections.ConfigDict(LXMERT_BASE if c.model_name == "lxmert" else BERT_BASE)
   if "cached" in variants and c.model_name == "baseline":  # crossmodal: one joint encoder, nothing to cache
     c.model.text_features = "cached"
   if "bf16" in variants:
@@ -169,7 +209,7 @@ def violin_config(arg, config_file: str = "configs/violin.py") -> ml_collections
     c.pretrained.dir = ""
     if c.model.encoder != "glove":
       c.pretrained.tokenizer = "pkg:minilm"
-      c.pretrained.shape = ml_collections.ConfigDict(TINY_BERT)
+      c.pretrained.shape = ml_collections.ConfigDict(TINY_LXMERT if c.model_name == "lxmert" else TINY_BERT)
     if c.model_name == "baseline":
       c.model.hsize1, c.model.hsize2 = 4, 8
       c.model.embed_size = 50 if c.model.encoder == "glove" else 8

@@ -112,6 +112,8 @@ RULES = (
     ("pretrained.*shape.*_size", POSITIVE_INT),
     ("pretrained.*shape.num_*", POSITIVE_INT),
     ("pretrained.*shape.max_position_embeddings", POSITIVE_INT),
+    ("pretrained.*shape.[lxr]_layers", COUNT),  # LXMERT's language / cross-modality / object-relationship layers
+    ("pretrained.*shape.visual_*_dim", POSITIVE_INT),  # LXMERT's object feature and box sizes
     ("pretrained.*shape.*", Num()),  # any other field: a finite number
 )
 

@@ -54,21 +54,28 @@ def test_outputs_match_hugging_face_lxmert(hf):
     want = torch_model(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask),
                        token_type_ids=torch.tensor(types), visual_feats=torch.tensor(feats),
                        visual_pos=torch.tensor(pos), visual_attention_mask=torch.tensor(vmask))
-  got = jax.jit(lambda p, *a: lxmert.LxmertLM(cfg).apply(
+  run = jax.jit(lambda p, *a: lxmert.LxmertLM(cfg).apply(
       {"params": p}, jnp.asarray(a[0]), jnp.asarray(a[1]), token_type_ids=jnp.asarray(a[2]), visual=a[3],
-      visual_pos=a[4], visual_mask=jnp.asarray(a[5])))(params, ids, mask, types, feats, pos, vmask)
+      visual_pos=a[4], visual_mask=jnp.asarray(a[5])))
+  got = run(params, ids, mask, types, feats, pos, vmask)
   for ours, theirs in (("hidden", want.language_output), ("vision", want.vision_output),
                        ("pooled", want.pooled_output)):
     theirs = theirs.numpy()
-    # Measured max |diff| 2.1e-7 (hidden), 1.4e-7 (vision), 1.2e-7 (pooled) on values of order 1: float32 rounding.
-    np.testing.assert_allclose(np.asarray(got[ours]), theirs, atol=1e-6, rtol=0, err_msg=ours)
-    assert np.abs(theirs).max() > 0.1
+    # Measured max |diff| 1.7e-6 (hidden), 1.8e-6 (vision), 1.1e-6 (pooled) on values up to 2.8, 3.3, 1.0: float32
+    # rounding through the 5 layers.
+    np.testing.assert_allclose(np.asarray(got[ours]), theirs, atol=5e-6, rtol=0, err_msg=ours)
+  # One LayerNorm scale of the last cross-modality layer x 0.999 moves the outputs far beyond that bound.
+  moved = jax.tree.map(lambda x: x, params)
+  ln = moved["encoder"]["x_layers_1"]["lang_output"]["LayerNorm"]
+  ln["scale"] = ln["scale"] * 0.999
+  assert np.abs(np.asarray(run(moved, ids, mask, types, feats, pos, vmask)["hidden"]) -
+                want.language_output.numpy()).max() > 1e-4
   # Without a visual mask every object is attended, as Hugging Face's visual_attention_mask=None.
   with torch.no_grad():
     want = torch_model(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask), visual_feats=torch.tensor(feats),
                        visual_pos=torch.tensor(pos))
   got = lxmert.LxmertLM(cfg).apply({"params": params}, jnp.asarray(ids), jnp.asarray(mask), visual=feats, visual_pos=pos)
-  np.testing.assert_allclose(np.asarray(got["pooled"]), want.pooled_output.numpy(), atol=1e-6, rtol=0)
+  np.testing.assert_allclose(np.asarray(got["pooled"]), want.pooled_output.numpy(), atol=5e-6, rtol=0)
 
 
 def test_importer_refuses_mismatched_config_and_weights(hf, tmp_path):
