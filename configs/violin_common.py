@@ -127,7 +127,7 @@ def violin_config(arg, config_file: str = "configs/violin.py") -> ml_collections
         encoder="lxmert", use_video=True, use_subtitles=True, single_frame=False, middle_frame="authors",
         frame_box="temporal",  # temporal: frame i of n spans x in [i/n, (i+1)/n]; whole: (0, 0, 1, 1)
         dropout=0.0, dtype="float32"))  # dropout on the pooled output (LXMERT's heads have none)
-    c.pretrained.dir = "~/models/lxmert-base-uncased"  # a local Hugging Face LXMERT folder (unc-nlp/lxmert-base-uncased)
+    c.pretrained.dir = "~/models/lxmert-base-uncased"  # a local Hugging Face LXMERT folder (unc-nlp/...)
     c.trainable = ("^text_encoder/", "^logit_fc/")
     c.data.max_frames = 36
     c.data.max_statement_tokens = 48  # + 256 subtitle tokens: 303 positions of LXMERT's 512

@@ -165,7 +165,8 @@ def check_clip_features(h5, clip_id: str, feature: str, feature_dim: int, path: 
     hint = ("; detection features must be pooled to one row per frame first (the paper's pooling layer)"
             if feature == "det" and len(shape) == 3 else "")
     raise ConversionError("wrong_feature_dim",
-                          f"{path}: clip {clip_id!r}: field {key!r} has shape {shape}, expected [T, {feature_dim}]{hint}")
+                          f"{path}: clip {clip_id!r}: field {key!r} has shape {shape}, "
+                          f"expected [T, {feature_dim}]{hint}")
   if shape[0] == 0:
     raise ConversionError("empty_features", f"{path}: clip {clip_id!r}: field {key!r} has no frames")
   if h5[key].dtype.kind not in "fiu":

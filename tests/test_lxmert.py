@@ -26,7 +26,8 @@ def hf(tmp_path_factory):
   g = torch.Generator().manual_seed(1)
   with torch.no_grad():
     for name, p in model.named_parameters():
-      p.copy_(0.2 * torch.randn(p.shape, generator=g) + (1.0 if name.endswith(("LayerNorm.weight", "layer_norm.weight")) else 0.0))
+      scale = name.endswith(("LayerNorm.weight", "layer_norm.weight"))
+      p.copy_(0.2 * torch.randn(p.shape, generator=g) + (1.0 if scale else 0.0))
   d = str(tmp_path_factory.mktemp("tiny_lxmert"))
   model.save_pretrained(d)
   return d, transformers.LxmertModel.from_pretrained(d).eval()
@@ -74,7 +75,8 @@ def test_outputs_match_hugging_face_lxmert(hf):
   with torch.no_grad():
     want = torch_model(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask), visual_feats=torch.tensor(feats),
                        visual_pos=torch.tensor(pos))
-  got = lxmert.LxmertLM(cfg).apply({"params": params}, jnp.asarray(ids), jnp.asarray(mask), visual=feats, visual_pos=pos)
+  got = lxmert.LxmertLM(cfg).apply({"params": params}, jnp.asarray(ids), jnp.asarray(mask), visual=feats,
+                                   visual_pos=pos)
   np.testing.assert_allclose(np.asarray(got["pooled"]), want.pooled_output.numpy(), atol=5e-6, rtol=0)
 
 

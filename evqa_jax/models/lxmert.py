@@ -219,7 +219,8 @@ def load_hf_params(config: LxmertConfig, path: str, init_params=None):
   `LxmertForPreTraining` / `LxmertForQuestionAnswering` ("lxmert." prefix; their heads are reported unused).
 
   Every encoder and pooler tensor must be in the checkpoint (ValueError naming the missing ones, and shapes are
-  checked naming the parameter); `init_params` only gives the expected tree (default: `param_shapes(config)`). Returns (plain params tree, hf_utils.LoadReport).
+  checked naming the parameter); `init_params` only gives the expected tree (default: `param_shapes(config)`).
+  Returns (plain params tree, hf_utils.LoadReport).
   """
   file = hf_utils.resolve_checkpoint_file(path)
   ckpt = hf_utils.strip_prefix(hf_utils.read_checkpoint(file), "lxmert.")
