@@ -480,14 +480,18 @@ def _gather_result_ranks(hlo: str):
   return ranks
 
 
-@pytest.mark.parametrize("cfg_dict,length", [(TINY, 7), (VARIANT, 9),
-                                             (dict(TINY, position_buckets=256, max_position_embeddings=512), 74)])
-def test_relative_gather_rows_equals_scores(cfg_dict, length):
-  """relative_gather="rows" (`toeplitz_scores`: the projected relative rows gathered, one matmul, a skew) equals the
-  scores gather in float32 within 1e-6, values and gradients (parameters, hidden states, relative embeddings), and
-  its lowering gathers only weight-sized arrays (rank 3: [heads, head_dim, 2S - 1]), never the [b, heads, S, rows]
-  scores."""
-  rows_cfg, scores_cfg = _config(cfg_dict, relative_gather="rows"), _config(cfg_dict)
+_BUCKETS = dict(TINY, position_buckets=256, max_position_embeddings=512)  # the real log buckets
+
+
+@pytest.mark.parametrize("cfg_dict,length,gather", [(TINY, 7, "rows"), (VARIANT, 9, "rows"), (_BUCKETS, 74, "rows"),
+                                                    (_BUCKETS, 74, "dpa")])
+def test_relative_gather_rows_equals_scores(cfg_dict, length, gather):
+  """relative_gather="rows" (`toeplitz_scores`: the projected relative rows gathered, one matmul, a skew) and "dpa"
+  (the same terms as the bias of jax.nn.dot_product_attention, its XLA implementation on CPU) equal the scores gather
+  in float32 within 1e-6, values and gradients (parameters, hidden states, relative embeddings), and their lowering
+  gathers only weight-sized arrays (rank 3: [heads, head_dim, 2S - 1]), never the [b, heads, S, rows] scores.
+  "dpa" refuses a training call with attention dropout by name (dot_product_attention has none)."""
+  rows_cfg, scores_cfg = _config(cfg_dict, relative_gather=gather), _config(cfg_dict)
   enc = D.DebertaV2Encoder(scores_cfg)
   index, rows = enc.rel_index(length)
   diag = D.toeplitz_diagonal(index)
@@ -511,19 +515,24 @@ def test_relative_gather_rows_equals_scores(cfg_dict, length):
     np.testing.assert_allclose(a, b, atol=1e-6, rtol=1e-6)
   assert max(_gather_result_ranks(loss(scores_cfg).lower(p, emb, rel).as_text())) == 4  # the scores' gathers
   assert set(_gather_result_ranks(loss(rows_cfg).lower(p, emb, rel).as_text())) <= {3}  # only the rows'
+  if gather == "dpa":
+    with pytest.raises(ValueError, match=r"relative_gather = 'dpa'.*attention_probs_dropout_prob = 0.1"):
+      D.DisentangledSelfAttention(rows_cfg).apply(p, emb, emb, mask, rel, None, False, rows, diag,
+                                                  rngs={"dropout": jax.random.key(1)})
 
 
 def test_relative_gather_rows_in_the_whole_lm():
-  """The whole LM (3 layers, conv, enhanced mask decoder) in float32 with relative_gather="rows" gives the [MASK]
-  features of the default within 1e-6; an unknown setting is refused by name."""
+  """The whole LM (3 layers, conv, enhanced mask decoder) in float32 with relative_gather="rows" or "dpa" gives the
+  hidden states and [MASK] features of the default within 1e-6; an unknown setting is refused by name."""
   cfg = dict(TINY, num_visual_tokens=0)
   ids = jnp.asarray(np.random.default_rng(3).integers(1, 61, (2, 11)), jnp.int32)
   att = jnp.ones((2, 11), jnp.int32).at[0, 9:].set(0)
   mask_index = jnp.asarray([4, 7], jnp.int32)
   params = D.init_variables(_config(cfg), jax.random.key(1))
   out = {g: D.DebertaV2LM(_config(cfg, relative_gather=g)).apply(params, ids, att, mask_index=mask_index)
-         for g in ("scores", "rows")}
+         for g in ("scores", "rows", "dpa")}
   for key in ("hidden", "mask_feature"):
     _close(out["rows"][key], out["scores"][key], atol=1e-6, rtol=1e-6)
+    _close(out["dpa"][key], out["scores"][key], atol=1e-6, rtol=1e-6)
   with pytest.raises(ValueError, match=r"relative_gather = 'diagonal'"):
     _config(cfg, relative_gather="diagonal")

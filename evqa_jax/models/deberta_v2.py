@@ -52,7 +52,7 @@ from evqa_jax.models.layers import ACTIVATIONS, VisualProjection
 _POS_ATT_TYPES = ("c2p", "p2c")
 # FrozenBiLM's emd_context_layer (and the original DeBERTa MLM) runs the shared last layer twice.
 _EMD_STEPS = 2
-RELATIVE_GATHERS = ("scores", "rows", "pallas")
+RELATIVE_GATHERS = ("scores", "rows", "pallas", "dpa")
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 
 
@@ -109,7 +109,9 @@ class DebertaV2Config:
   # gather, then one matmul and a skew). Same values; "rows" keeps activation-sized gathers out of every layer.
   # "pallas": the whole attention (scores, c2p, p2c, skew, mask, softmax, dropout, value product) in one Pallas TPU
   # kernel, forward and backward (evqa_jax/models/deberta_pallas.py; TPU only, or its interpret mode); the EMD's
-  # query rows (not Toeplitz) use "rows".
+  # query rows (not Toeplitz) use "rows". "dpa": the c2p + p2c terms as "rows" builds them, passed as the bias of
+  # `jax.nn.dot_product_attention` (cuDNN's fused attention on a GPU; no attention-probability dropout, so training
+  # needs attention_probs_dropout_prob = 0).
   relative_gather: str = "scores"
 
   def __post_init__(self):
@@ -399,11 +401,13 @@ class DisentangledSelfAttention(nn.Module):
     if rel_diag is not None and cfg.relative_gather == "pallas":
       return self._fused(q, k, v, mask, rel_embeddings, rel_rows, rel_diag, scale, proj, key_proj, query_proj,
                          deterministic)
-    scores = jnp.einsum("bqnd,bknd->bnqk", q, k)
+    # "dpa": the relative terms (as "rows" builds them) are the bias of jax.nn.dot_product_attention, which adds q.k.
+    dpa = rel_diag is not None and cfg.relative_gather == "dpa"
+    scores = jnp.zeros((), cfg.dtype) if dpa else jnp.einsum("bqnd,bknd->bnqk", q, k)
     if cfg.relative_attention and cfg.pos_att_type:
       rel, pos_key_proj, pos_query_proj = self._relative(rel_embeddings, rel_rows, proj, key_proj, query_proj,
                                                          deterministic)
-      by_rows = rel_diag is not None and cfg.relative_gather == "rows"
+      by_rows = rel_diag is not None and cfg.relative_gather in ("rows", "dpa")
       if "c2p" in cfg.pos_att_type and by_rows:
         scores = scores + toeplitz_scores(q, pos_key_proj(rel), rel_diag)
       elif "c2p" in cfg.pos_att_type:
@@ -421,6 +425,8 @@ class DisentangledSelfAttention(nn.Module):
         else:
           p2c = jnp.take_along_axis(p2c, jnp.swapaxes(rel_index, -1, -2)[:, None], axis=-1)
         scores = scores + jnp.swapaxes(p2c, -1, -2)
+    if dpa:
+      return _dot_product_attention(cfg, q, k, v, scores, mask, scale, deterministic)
     scores = scores.astype(jnp.float32) / scale
     scores = jnp.where(mask[:, None], scores, jnp.finfo(jnp.float32).min)
     probs = jax.nn.softmax(scores, axis=-1).astype(cfg.dtype)
@@ -462,6 +468,23 @@ class DisentangledSelfAttention(nn.Module):
       key = _DropoutKey(name=f"Dropout_{int(pos_key is not None or pos_query is not None)}")()
     return deberta_pallas.disentangled_attention(q, k, v, pos_key, pos_query, rel_diag, mask, scale, key,
                                                  1.0 - rate)
+
+
+def _dot_product_attention(cfg, q, k, v, relative, mask, scale, deterministic):
+  """relative_gather="dpa": `jax.nn.dot_product_attention` with c2p + p2c (`relative`, [b, heads, S, S], or a 0
+  scalar without relative terms) / scale as its bias; cuDNN's fused attention on a GPU, XLA's elsewhere. Same
+  values as the XLA paths up to rounding (the logits accumulate in float32; masked logits take a large negative
+  instead of the dtype minimum: a fully masked row is uniform either way). It has no attention-probability
+  dropout, so a training step with attention_probs_dropout_prob > 0 is refused rather than run without it."""
+  if not deterministic and cfg.attention_probs_dropout_prob > 0:
+    raise ValueError(f"DebertaV2Config.relative_gather = 'dpa' has no attention-probability dropout "
+                     f"(jax.nn.dot_product_attention takes none) but attention_probs_dropout_prob = "
+                     f"{cfg.attention_probs_dropout_prob}: set it to 0 (config.model.dropout) or use another "
+                     "relative_gather")
+  bias = None if jnp.ndim(relative) == 0 else (relative / scale).astype(q.dtype)
+  implementation = "cudnn" if jax.default_backend() == "gpu" else "xla"
+  return jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask[:, None], scale=1.0 / scale,
+                                      implementation=implementation)
 
 
 class _DropoutKey(nn.Module):

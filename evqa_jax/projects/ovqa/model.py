@@ -94,8 +94,9 @@ class Model(nn.Module):
     head: "open", "cvqa" (FrozenBiLM's head over the top-k answers) or "cvqa_mlp" (an MLP over them).
     use_adapters, adapter_reduction: adapters (hidden / reduction wide) in every LM layer.
     remat: per-LM-layer jax.checkpoint policy (none | full | dots_saveable), a memory lever.
-    relative_gather: DeBERTa-v2's relative-attention gather, "scores" or "rows" (DebertaV2Config.relative_gather;
-      same values, "rows" has no activation-sized gather: an accelerator lever).
+    relative_gather: DeBERTa-v2's relative attention, "scores", "rows", "pallas" or "dpa"
+      (DebertaV2Config.relative_gather; same values, "rows" has no activation-sized gather, "pallas" is one fused
+      TPU kernel, "dpa" jax.nn.dot_product_attention (cuDNN on a GPU): accelerator levers).
     dropout: LM and adapter dropout (None: the checkpoint's).
     dtype: compute dtype name ("float32", "bfloat16").
     encoder_config: the checkpoint's encoder architecture with the visual prefix (num_visual_tokens, visual_dim);
