@@ -2,6 +2,7 @@
 
     python benchmarks/gpu_mfu.py                      # one accelerator, paper shapes, batch 32: < 5 minutes
     python benchmarks/gpu_mfu.py --set model.relative_gather=rows --set frozen_param_dtype=bfloat16 --batch 64
+    python benchmarks/gpu_mfu.py --set model.relative_gather=dpa --set model.dropout=0.0   # cuDNN fused attention
     python benchmarks/gpu_mfu.py --tiny               # same architecture at toy size: runs on CPU (tests)
 
 Builds configs/ovqa_msrvtt.py:bf16 with pretrained.shape = the xlarge shapes and random weights (no checkpoint), on the

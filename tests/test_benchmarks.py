@@ -202,17 +202,18 @@ def test_aot_check_refuses_a_negative_gathered_run():
 
 def test_gpu_mfu_runs_the_paper_architecture_at_toy_size_on_cpu():
   """benchmarks/gpu_mfu.py --tiny (the OVQA paper's architecture at toy size, the trainer's own step) on CPU with a
-  given peak: one JSON line whose MFU is XLA's FLOPs per step / step time / peak, with the levers set by --set; the
+  given peak: one JSON line whose MFU is XLA's FLOPs per step / step time / peak, with the levers set by --set (the
+GPU attention path, relative_gather=dpa, which needs the attention dropout off); the
   FLOPs cover at least the frozen LM's forward and input-gradient matmuls (2 layers, 4 x (10 + 32) tokens)."""
   out = subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", "gpu_mfu.py"), "--tiny", "--steps", "1",
-                        "--peak_flops", "1e12", "--set", "model.relative_gather=rows", "--set",
-                        "frozen_param_dtype=bfloat16"],
+                        "--peak_flops", "1e12", "--set", "model.relative_gather=dpa", "--set", "model.dropout=0.0",
+                        "--set", "frozen_param_dtype=bfloat16"],
                        cwd=REPO, capture_output=True, text=True, timeout=600,
                        env=dict(os.environ, PYTHONPATH=REPO, JAX_PLATFORMS="cpu", XLA_FLAGS=""))
   assert out.returncode == 0, out.stderr[-2000:]
   r = json.loads([l for l in out.stdout.splitlines() if l.startswith("{")][-1])
   assert r["shapes"] == "tiny" and r["batch_size"] == 4 and r["peak_flops_per_device"] == 1e12
-  assert r["settings"] == ["model.relative_gather=rows", "frozen_param_dtype=bfloat16"]
+  assert r["settings"] == ["model.relative_gather=dpa", "model.dropout=0.0", "frozen_param_dtype=bfloat16"]
   assert r["mfu"] == round(r["flops_per_step"] / r["step_s"] / 1e12, 4)
   layer_weights = 4 * 64 * 64 + 2 * 64 * 128  # q, k, v, o and the two FFN matrices of one layer
   assert r["flops_per_step"] > 2 * (2 * layer_weights * 2 * 4 * (10 + 32))
