@@ -41,7 +41,7 @@ TRAINABLE = re.compile("adapter|LayerNorm")  # configs/ovqa_frozenbilm_common.py
 KEYS = ("flops", "bytes_accessed", "transcendentals", "temp_size_in_bytes")
 
 
-def compile_encoder(depth: int, relative_gather: str, remat: str, batch: int, device) -> dict:
+def compile_encoder(depth: int, relative_gather: str, remat: str, batch: int, device, seq: int = SEQ) -> dict:
   """XLA's analysis of the encoder stack's forward + backward at `depth` layers on `device`."""
   import flax  # pylint: disable=import-outside-toplevel
   import jax  # pylint: disable=import-outside-toplevel
@@ -52,7 +52,7 @@ def compile_encoder(depth: int, relative_gather: str, remat: str, batch: int, de
   cfg = D.DebertaV2Config.xlarge(num_hidden_layers=depth, use_adapters=True, dtype=jnp.bfloat16,
                                  relative_gather=relative_gather, remat=remat)
   enc = D.DebertaV2Encoder(cfg)
-  hidden = (batch, SEQ, cfg.hidden_size)
+  hidden = (batch, seq, cfg.hidden_size)
   shapes = jax.eval_shape(lambda: enc.init(jax.random.key(0), jnp.zeros(hidden, jnp.bfloat16),
                                            jnp.ones(hidden[:2], bool)))
   flat = flax.traverse_util.flatten_dict(flax.linen.meta.unbox(shapes)["params"], sep="/")
@@ -76,6 +76,33 @@ def compile_encoder(depth: int, relative_gather: str, remat: str, batch: int, de
   return report
 
 
+def while_loop_counts(device, steps=(1, 2, 4)) -> dict:
+  """XLA's FLOPs of grad(sum(tanh(x @ w_i) chained over i)) with the steps as a lax.scan (a while loop) and unrolled:
+  whether the compiled cost analysis counts a loop body once per trip (a scanned layer stack's FLOPs)."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  sharding = jax.sharding.SingleDeviceSharding(device)
+
+  def body(x, w):
+    return jnp.tanh(x @ w), None
+
+  def scanned(x, ws):
+    return jax.lax.scan(body, x, ws)[0].sum()
+
+  def unrolled(x, ws):
+    for i in range(ws.shape[0]):
+      x = body(x, ws[i])[0]
+    return x.sum()
+
+  out = {"scanned": [], "unrolled": [], "steps": list(steps)}
+  for n in steps:
+    x = jax.ShapeDtypeStruct((256, 512), jnp.float32, sharding=sharding)
+    ws = jax.ShapeDtypeStruct((n, 512, 512), jnp.float32, sharding=sharding)
+    for name, fn in (("scanned", scanned), ("unrolled", unrolled)):
+      out[name].append(jax.jit(jax.grad(fn, argnums=1)).lower(x, ws).compile().cost_analysis()["flops"])
+  return out
+
+
 def extrapolate(row: dict, row_slope: dict, depth0: int, to_depth: int, slope: dict, model_slope: dict) -> dict:
   """The compile-table `row` (the full step at depth0, whose layers have `row_slope`) carried to `to_depth` layers
   of `slope`: X = X(row) - depth0 x row_slope + to_depth x slope (what is not a layer does not depend on remat);
@@ -89,18 +116,19 @@ def extrapolate(row: dict, row_slope: dict, depth0: int, to_depth: int, slope: d
   return dict(out, depth=to_depth, **roof)
 
 
-def earlier_slope(path: str, relative_gather: str, remat: str, batch: int) -> dict:
+def earlier_slope(path: str, relative_gather: str, remat: str, batch: int, seq: int) -> dict:
   """slope_per_layer of the last line of `path` (this script's output) with these settings."""
   found = None
   if os.path.exists(path):
     with open(path) as f:
       for line in f:
         r = json.loads(line) if line.strip() else {}
-        if (r.get("relative_gather"), r.get("remat"), r.get("batch_per_chip")) == (relative_gather, remat, batch):
+        if (r.get("relative_gather"), r.get("remat"), r.get("batch_per_chip"), r.get("seq")) == (
+            relative_gather, remat, batch, seq):
           found = r["slope_per_layer"]
   if found is None:
     raise SystemExit(f"{path}: no earlier line with relative_gather={relative_gather} remat={remat} batch={batch} "
-                     "(run that slope first)")
+                     f"seq={seq} (run that slope first)")
   return found
 
 
@@ -110,6 +138,8 @@ def main():
   parser.add_argument("--remat", default="none")
   parser.add_argument("--batch", type=int, default=32, help="rows on the chip (the step's per-device batch)")
   parser.add_argument("--depths", default="1,2", help="two encoder depths, e.g. 1,2")
+  parser.add_argument("--seq", type=int, default=SEQ, help="tokens per row (266: the paper step's; 256: no padding "
+                      "of the kernel's sequence, a prompt 10 tokens shorter)")
   parser.add_argument("--topology", default="v5e:2x2", help="TPU topology whose first chip compiles")
   parser.add_argument("--step_row", help="compile-table JSONL file and command substring: FILE::SUBSTRING")
   parser.add_argument("--step_depth", type=int, default=2, help="the --step_row's LM depth")
@@ -117,6 +147,8 @@ def main():
                       "slope (and the no-remat slope, for model FLOPs) is read from --out's earlier lines")
   parser.add_argument("--to_depth", type=int, default=24)
   parser.add_argument("--out", help="append the JSON line to this file (temp file + rename)")
+  parser.add_argument("--while_loop_check", action="store_true", help="only print XLA's FLOPs of a small scan vs "
+                      "the same steps unrolled (does the cost analysis count a loop body per trip?)")
   machine.add_arguments(parser)
   args = parser.parse_args()
   depths = [int(x) for x in args.depths.split(",")]
@@ -124,14 +156,18 @@ def main():
     raise SystemExit(f"--depths={args.depths!r}: two increasing depths >= 1, e.g. 1,2")
   from evqa_jax.train import aot  # pylint: disable=import-outside-toplevel
   device = aot.topology_devices(args.topology)[0]
+  if args.while_loop_check:
+    print(json.dumps(dict(while_loop_counts(device), device_kind=device.device_kind)), flush=True)
+    return
   monitor = machine.monitor_from_args(args)
   points = []
   for depth in depths:
     with monitor.block(f"encoder depth {depth}"):
-      points.append(compile_encoder(depth, args.relative_gather, args.remat, args.batch, device))
+      points.append(compile_encoder(depth, args.relative_gather, args.remat, args.batch, device, args.seq))
+    print(json.dumps({k: points[-1].get(k) for k in ("depth", "compile_cpu_s") + KEYS}), file=sys.stderr, flush=True)
   slope = {k: (points[1][k] - points[0][k]) / (depths[1] - depths[0]) for k in KEYS}
   result = {"command": "python benchmarks/layer_slope.py " + " ".join(sys.argv[1:]), "relative_gather":
-            args.relative_gather, "remat": args.remat, "batch_per_chip": args.batch, "seq": SEQ,
+            args.relative_gather, "remat": args.remat, "batch_per_chip": args.batch, "seq": args.seq,
             "device_kind": device.device_kind, "points": points, "slope_per_layer": slope}
   if args.step_row:
     path, _, needle = args.step_row.partition("::")
@@ -144,7 +180,8 @@ def main():
                           **{k: match[0][k] for k in ("flops", "bytes_accessed", "peak_estimate_bytes")}}
     step_remat = args.step_remat or args.remat
     def slope_of(remat):
-      return slope if remat == args.remat else earlier_slope(args.out or "", args.relative_gather, remat, args.batch)
+      return slope if remat == args.remat else earlier_slope(args.out or "", args.relative_gather, remat, args.batch,
+                                                                  args.seq)
     result["step_row"]["remat"] = step_remat
     result["extrapolated"] = extrapolate(match[0], slope_of(step_remat), args.step_depth, args.to_depth, slope,
                                          slope_of("none"))
