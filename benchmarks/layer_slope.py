@@ -13,8 +13,8 @@ the step), `--batch` rows of 266 tokens (10 video + 256 text) on one chip of `--
 (the first layer carries the conv, so the difference of two depths >= 1 is one plain layer). The slope is the
 difference of the two compiles' FLOPs, bytes accessed, transcendentals and temp bytes per added layer. What it
 leaves out against the real step: the data-parallel mesh (frozen_fsdp's all-gather of each layer's frozen weights:
-about 2 x 55 MB per layer and pass, under 1% of a layer's bytes at 32 rows). A Pallas kernel counts by its
-declared pl.CostEstimate, as in the compile table.
+at most 2 x 57 MB written and read per layer and pass, about 3% of a layer's bytes at 32 rows). A Pallas kernel
+counts by its declared pl.CostEstimate, as in the compile table.
 
 With `--step_row` (a compile-table JSONL row of the full step at depth d0, same batch per chip) the row's FLOPs,
 bytes and peak are extrapolated to `--to_depth` layers: X(to) = X(d0) - d0 x slope(row's remat) + to x slope
