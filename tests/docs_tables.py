@@ -153,7 +153,7 @@ EVQA_ROWS = {"demo, step 100": Row("evqa_demo", file="eval/test_step100/metrics.
 
 R = "docs/results.md"
 TABLES = [
-    Table(R, "OVQA: the heads (the README's main command)", ONE_RUN, record="ovqa_heads"),
+    Table(R, "OVQA: the heads on MiniLM-L6", ONE_RUN, record="ovqa_heads_minilm"),
     Table(R, "OVQA: Table 8, the eps sweep", ONE_RUN, record="ovqa_eps_4ep"),
     Table(R, "OVQA: the seed study", OVER_SEEDS, record="ovqa_eps_seeds_4ep"),
     Table(R, "OVQA: the heads over three seeds (the ordering per seed)", dict(PER_SEED_M_R_U, **{"wall time": None}),
@@ -162,11 +162,11 @@ TABLES = [
           {"seed 42": _all7(42), "seed 43": _all7(43)}, record="ovqa_nbrworld_heads"),
     Table(R, "OVQA: the heads in the neighbours world (seeds 42 and 43)", PER_SEED_M_R_U, index=1,
           record="ovqa_nbrworld_heads_lr2e-3"),
-    Table(R, "OVQA: the heads with the LM's MLM head frozen (seeds 42-44)", OVER_SEEDS,
-          record="ovqa_heads_mlmhead_seeds"),
-    Table(R, "OVQA: the heads with the LM's MLM head frozen (seeds 42-44)", PER_SEED_M_R_U, index=1,
-          record="ovqa_heads_mlmhead_seeds"),
-    Table(R, "OVQA: the heads with the LM's MLM head frozen (seeds 42-44)", PER_SEED_M_R_U, index=2,
+    Table(R, "OVQA: the heads with the LM's MLM head frozen (the README's main command)", OVER_SEEDS,
+          record="ovqa_demo_heads"),
+    Table(R, "OVQA: the heads with the LM's MLM head frozen (the README's main command)", PER_SEED_M_R_U, index=1,
+          record="ovqa_demo_heads"),
+    Table(R, "OVQA: the heads with the LM's MLM head frozen (the README's main command)", PER_SEED_M_R_U, index=2,
           record="ovqa_heads_mlmhead_trained_seeds"),
     Table(R, "OVQA: the JustAsk rows (seeds 42-44)", OVER_SEEDS, records=JUSTASK_RECORDS),
     Table(R, "OVQA: Table 5, the verbalizer variants", ONE_RUN, record="ovqa_variants_4ep"),
@@ -175,7 +175,7 @@ TABLES = [
     Table(R, "The same commands on other CPUs", {
         f"{p} M / U": [V("mAcc", point=p), V("unseen", point=p, dec=0)]
         for p in ("cvqa", "frozenbilm_plus", "frozenbilm_plus_gnn")}, label="machine", rows={
-        "Intel Xeon, AVX-512 (recorded)": Row("ovqa_heads"),
+        "Intel Xeon, AVX-512 (recorded)": Row("ovqa_heads_minilm"),
         "AMD EPYC Zen 4, AVX-512 (= docs/results/ovqa_heads_seeds_4ep/, seed 42)": Row("ovqa_heads_seeds_4ep", seed=42),
         "AMD EPYC Zen 3, AVX2": None}),  # from that run's log: not recorded
     Table(R, "The same commands on other CPUs", {

