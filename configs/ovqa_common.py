@@ -2,20 +2,23 @@
 model, weights, text inputs and optimiser) are its entry of BACKBONES.
 
 The backbone is FrozenBiLM(+) by default (configs/ovqa_frozenbilm_common.py: the paper's main rows, with the GNN soft
-verbalizer); the variant of another backbone's name picks it (`:justask`: configs/ovqa_justask_common.py). It is
+verbalizer); the variant of another backbone's name picks it (`:justask`: configs/ovqa_justask_common.py;
+`:allinone`: configs/ovqa_allinone_common.py). It is
 recorded as config.model.backbone, the key the library's table (evqa_jax/projects/ovqa/backbones/) reads.
 """
 
 import ml_collections
 
 from configs import common
+from configs import ovqa_allinone_common
 from configs import ovqa_frozenbilm_common
 from configs import ovqa_justask_common
 
 # config.model.backbone -> its config module: TITLE, OWN_VARIANTS (variants no other backbone has), RECORDS (its
 # records folder), apply(c, variants, worlds) (its settings), paper_shape(variants) (its text encoder's architecture
-# for shapes_only) and SWEEPS (its sweeps). The first is the default; the others are picked by their name as a variant.
-BACKBONES = {"frozenbilm": ovqa_frozenbilm_common, "justask": ovqa_justask_common}
+# for shapes_only), SWEEPS (its sweeps) and optionally TINY_SHAPE (its `tiny` architecture; default TINY_BERT).
+# The first is the default; the others are picked by their name as a variant.
+BACKBONES = {"frozenbilm": ovqa_frozenbilm_common, "justask": ovqa_justask_common, "allinone": ovqa_allinone_common}
 DEFAULT_BACKBONE = next(iter(BACKBONES))
 # Variants of every backbone.
 SHARED_VARIANTS = {"demo", "cvqa", "baseline", "paper", "released", "authors_eps", "bf16", "small", "tiny", "scale",
@@ -151,7 +154,7 @@ def ovqa_config(dataset: str, arg, cvqa_topk: int) -> ml_collections.ConfigDict:
     # The small world with TINY_BERT (MiniLM's tokenizer, no weights): the AOT example of docs/benchmarks.md
     #   python launch/aot_check.py --config=configs/ovqa_msrvtt.py:tiny --mesh=4x2 --fake_cpu_devices=8
     # and the cheap runs of the hostile-input and mesh-equivalence tests.
-    c.pretrained.shape = ml_collections.ConfigDict(TINY_BERT)
+    c.pretrained.shape = ml_collections.ConfigDict(getattr(backbone, "TINY_SHAPE", TINY_BERT))
   if "shapes_only" in variants:
     # The paper's architecture without its files, for compile checks and benchmarks (launch/aot_check.py,
     # benchmarks/compile_table.py): the backbone's text encoder built from its published shape with random weights,

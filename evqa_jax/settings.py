@@ -103,6 +103,10 @@ RULES = (
     ("pretrained.encoder_seed", INTEGER),
     # pretrained.shape / clip_shape: Hugging Face config.json fields
     ("pretrained.*shape.*dropout*", DROPOUT),
+    ("pretrained.*shape.drop_*rate", DROPOUT),  # All-in-one: drop_rate, drop_path_rate
+    ("pretrained.*shape.mlp_ratio", POSITIVE_INT),
+    ("pretrained.*shape.max_text_len", POSITIVE_INT),
+    ("pretrained.*shape.roll_div", POSITIVE_INT),
     ("pretrained.*shape.*_eps", POSITIVE),
     ("pretrained.*shape.initializer_*", NON_NEGATIVE),
     ("pretrained.*shape.max_relative_positions", Num(-1, integer=True)),  # -1: max_position_embeddings

@@ -330,3 +330,63 @@ def test_vision_tower_matches_transformers_vit():
     out = hf(pixel_values=torch.from_numpy(pixels.transpose(0, 3, 1, 2).copy()))
   np.testing.assert_allclose(np.asarray(hidden), out.last_hidden_state.numpy(), atol=2e-6, rtol=0)
   np.testing.assert_allclose(np.asarray(pooled), out.pooler_output.numpy(), atol=2e-6, rtol=0)
+
+
+# ------------------------------------------------------------------------------------------ the OVQA backbone
+
+
+class _StubInput:
+  """What Backbone.build_model reads of the OVQA Input."""
+
+  def __init__(self, config, answers):
+    from evqa_jax import pretrained
+    self.tokenizer = pretrained.load_tokenizer(config.pretrained)
+    self.answers_train = answers
+    self.use_graph = False
+
+  def verbalizer_call(self):
+    return None
+
+
+@pytest.mark.parametrize("head", ["open", "cvqa"])
+def test_backbone_heads_and_frozen_answer_encoder(head):
+  """`:allinone,tiny`: head "open" scores the classifier's output against the frozen answer encoder (MiniLM's word
+  embeddings, mean over sub-words) and gives the same logits from the per-split precomputed encodings as from the
+  tokens; the encoder is out of the trained parameters. Head "cvqa": k logits, the padded slots at the minimum."""
+  from configs import ovqa_msrvtt
+  from evqa_jax.projects.ovqa import backbones
+  config = ovqa_msrvtt.get_config("allinone,tiny" + (",cvqa" if head == "cvqa" else ",baseline"))
+  bb = backbones.build(config)
+  answers = ["dog", "ice cream", "red"]
+  model = bb.build_model(_StubInput(config, answers))
+  ids, mask = bb.answer_tokens(None, answers, 8)
+  aux = {"answer_tokens": jnp.asarray(ids), "answer_token_mask": jnp.asarray(mask),
+         "answer_mask": jnp.asarray(np.arange(8) < 3), "is_base": jnp.zeros((8,), bool)}
+  rs = np.random.RandomState(0)
+  batch = {"frames": jnp.asarray(rs.randint(0, 256, (2, 3, 32, 32, 3)), jnp.uint8),
+           "text_ids": jnp.asarray(rs.randint(1000, 2000, (2, 40)), jnp.int32), "text_mask": jnp.ones((2, 40), jnp.int32)}
+  shapes = hf_utils.params_of(jax.eval_shape(model.init, jax.random.PRNGKey(0), bb.dummy_batch(), aux))
+  params = bb.load_pretrained(jax.tree.map(lambda x: rs.normal(0, 0.1, x.shape).astype(x.dtype), shapes))
+
+  @jax.jit
+  def both(p, aux):  # logits from the tokens and from the per-split precomputed encodings, one compile
+    cached = bb.precompute_aux({"answer_encoder": p["answer_encoder"]}, aux) if head == "open" else aux
+    return model.apply({"params": p}, batch, aux), model.apply({"params": p}, batch, cached), cached
+
+  logits, from_cache, cached = both(params, aux)
+  logits = np.asarray(logits)
+  assert logits.shape == (2, 8) and np.all(logits[:, 3:] == np.finfo(np.float32).min)
+  assert np.ptp(logits[:, :3]) > 0.01
+  if head == "cvqa":
+    assert not bb.precomputes_aux and "answer_encoder" not in params
+    return
+  import re
+  flat = hf_utils.flatten_params(params)
+  trained = [k for k in flat if any(re.search(p, k) for p in bb.trainable_patterns)]
+  assert sorted(set(flat) - set(trained)) == ["answer_encoder/word_embeddings"]
+  table = np.asarray(flat["answer_encoder/word_embeddings"])
+  tok = bb.answer_spec.tokenizer
+  cream = tok("ice cream", add_special_tokens=False)["input_ids"]
+  assert "answer_tokens" not in cached
+  np.testing.assert_allclose(np.asarray(cached["answer_encodings"])[1], table[cream].mean(0), atol=1e-7, rtol=0)
+  np.testing.assert_array_equal(np.asarray(from_cache), logits)
