@@ -28,7 +28,7 @@ def bad_configs(tmp_path_factory):
 
 @pytest.mark.parametrize("script,spec,message", [
     ("launch/train.py", "configs/ovqa_msrvtt.py:demo,demoo",
-     "error: --config=configs/ovqa_msrvtt.py:demo,demoo: unknown variant(s) ['demoo']; known: ['authors_eps', "),
+     "error: --config=configs/ovqa_msrvtt.py:demo,demoo: unknown variant(s) ['demoo']; known: ['allinone', 'authors_eps', "),
     ("launch/sweep.py", "configs/violin.py:dmeo",
      "error: --config=configs/violin.py:dmeo: unknown variant(s) ['dmeo']; known: ["),
     ("launch/evaluate.py", "configs/nope.py:demo", "error: --config file configs/nope.py does not exist"),
@@ -65,7 +65,7 @@ def test_a_broken_file_in_configs_breaks_no_other_launch(tmp_path):
   assert "configs/zz_no_variants.py: (cannot list its variants: AttributeError: module 'configs.zz_no_variants' " \
          "has no attribute 'VARIANTS')" in text
   assert "configs/zz_syntax.py: (cannot list its variants: SyntaxError: " in text
-  assert "configs/violin.py: " in text and "configs/ovqa_msrvtt.py: authors_eps, baseline" in text
+  assert "configs/violin.py: " in text and "configs/ovqa_msrvtt.py: allinone, authors_eps, baseline" in text
   out = _run("-c", code, "--config=configs/violin.py:demo", f"--workdir={tmp_path / 'w'}", "--config.seed=7")
   assert out.returncode == 0 and out.stdout.strip().splitlines()[-1] == "TRAINING violin 7", out.stderr[-2000:]
 
