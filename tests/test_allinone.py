@@ -240,7 +240,8 @@ def test_bad_checkpoint_is_named(tmp_path):
 
 def test_model_forward_loss_and_gradients_match_reference(reference, loaded):
   """Logits, cross-entropy and the gradient of every parameter (mapped through the same by-name rules) against the
-  PyTorch reference in float32: logits and loss to 2e-6, gradients to 1e-5 * max|grad| + 1e-7."""
+  PyTorch reference in float32: logits and loss to 1e-6 (measured 1.2e-7 and 0; one fc2 kernel x1.001 moves the
+  logits 6.5e-5), each gradient to 5e-6 * its max|grad| + 1e-9 (measured <= 7.8e-7 relative)."""
   ref, frames, ids, labels = reference
   model, params, _ = loaded["ckpt"]
   mask = (ids > 0).astype(np.int32)
@@ -257,21 +258,21 @@ def test_model_forward_loss_and_gradients_match_reference(reference, loaded):
   _, ref_logits = ref(torch.from_numpy(frames), torch.from_numpy(ids), torch.from_numpy(mask.astype(np.int64)))
   ref_loss = F.cross_entropy(ref_logits, torch.from_numpy(labels))
   ref_loss.backward()
-  np.testing.assert_allclose(np.asarray(logits), ref_logits.detach().numpy(), atol=2e-6, rtol=0)
-  np.testing.assert_allclose(float(loss), float(ref_loss.detach()), atol=2e-6, rtol=0)
+  np.testing.assert_allclose(np.asarray(logits), ref_logits.detach().numpy(), atol=1e-6, rtol=0)
+  np.testing.assert_allclose(float(loss), float(ref_loss.detach()), atol=1e-6, rtol=0)
   ref_grads = {k: p.grad.numpy() for k, p in ref.named_parameters()}
   flat = hf_utils.flatten_params(jax.tree.map(np.asarray, grads))
   theirs, _ = hf_utils.assemble(flat, ref_grads, backbone_lib.checkpoint_rules(model), source="reference grads")
   assert set(theirs) == set(flat)
   for k in flat:
     scale = np.abs(theirs[k]).max()
-    np.testing.assert_allclose(flat[k], theirs[k], atol=1e-5 * scale + 1e-7, rtol=0, err_msg=k)
+    np.testing.assert_allclose(flat[k], theirs[k], atol=5e-6 * scale + 1e-9, rtol=0, err_msg=k)
 
 
 def test_vision_tower_matches_transformers_vit():
   """Patch embedding + ViT blocks + final norm + pooler (on the image's class token) against transformers'
   ViTModel (gelu, LayerNorm eps 1e-6, qkv bias) with the same random weights, one frame (rolling is the identity
-  over T = 1), to 2e-6."""
+  over T = 1), to 2e-6 (measured 1.3e-6 on values up to 3.7, about 5 float32 ulps)."""
   cfg = lib.AllInOneConfig(**{**CFG.__dict__, "num_frames": 1, "dtype": "float32", "param_dtype": "float32"})
   torch.manual_seed(1)
   vit_cfg = transformers.ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
