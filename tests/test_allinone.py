@@ -231,11 +231,22 @@ def test_loader_round_trip(reference, loaded, fmt):
 
 
 def test_bad_checkpoint_is_named(tmp_path):
+  """Another model's weights, and a .ckpt holding pickled objects (Lightning's hyper_parameters as a Namespace),
+  are refused naming the file; the pickle is read only with trust_pickles."""
+  import argparse
   path = str(tmp_path / "other.safetensors")
   from safetensors.numpy import save_file
   save_file({"encoder.weight": np.zeros((2, 2), np.float32)}, path)
   with pytest.raises(ValueError, match="other.safetensors: not an All-in-one checkpoint"):
     lib.read_checkpoint(path)
+  ckpt = str(tmp_path / "hparams.ckpt")
+  torch.save({"state_dict": {"transformer.patch_embed.proj.weight": torch.zeros(2),
+                             "text_embeddings.word_embeddings.weight": torch.ones(2)},
+              "hyper_parameters": argparse.Namespace(lr=1e-4)}, ckpt)
+  with pytest.raises(io_lib.UnsafeInputError, match="hparams.ckpt: the PyTorch checkpoint holds pickled Python"):
+    lib.read_checkpoint(ckpt)
+  assert sorted(lib.read_checkpoint(ckpt, trust_pickles=True)) == [
+      "text_embeddings.word_embeddings.weight", "transformer.patch_embed.proj.weight"]
 
 
 def test_model_forward_loss_and_gradients_match_reference(reference, loaded):
