@@ -402,3 +402,32 @@ def test_backbone_heads_and_frozen_answer_encoder(head):
   assert "answer_tokens" not in cached
   np.testing.assert_allclose(np.asarray(cached["answer_encodings"])[1], table[cream].mean(0), atol=1e-7, rtol=0)
   np.testing.assert_array_equal(np.asarray(from_cache), logits)
+
+
+def test_clip_answer_encoder_matches_hugging_face(tmp_path):
+  """`config.model.answer_encoder = "clip"` from a local folder (a tiny CLIPTextModelWithProjection; MiniLM's
+  tokenizer standing in for CLIP's, [SEP] as the end-of-text id): each answer's projected end-of-text feature, as
+  Hugging Face computes it, to 1e-5; padding rows empty."""
+  from evqa_jax.projects.ovqa.backbones import answer_encoders
+  torch.manual_seed(0)
+  cfg = transformers.CLIPTextConfig(vocab_size=30522, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                    num_attention_heads=2, max_position_embeddings=12, projection_dim=8,
+                                    eos_token_id=102)
+  hf = transformers.CLIPTextModelWithProjection(cfg).eval()
+  hf.save_pretrained(str(tmp_path))
+  config = ml_collections.ConfigDict(dict(
+      model=dict(answer_encoder="clip"), data=dict(answer_max_subwords=5),
+      pretrained=dict(answer_dir=str(tmp_path), answer_tokenizer="pkg:minilm", answer_shape=None)))
+  spec = answer_encoders.build(config)
+  assert (spec.kind, spec.dim, spec.token_len) == ("clip", 8, 7)
+  ids, mask = spec.tokens(["dog", "ice cream"], 4)
+  assert ids[0, 0] == 101 and list(ids[0, 1:3]) == [spec.tokenizer("dog", add_special_tokens=False)["input_ids"][0], 102]
+  assert not mask[2:].any()
+  module = spec.module()
+  shapes = jax.eval_shape(module.init, jax.random.PRNGKey(0), jnp.asarray(ids), jnp.asarray(mask))
+  params = spec.load(jax.tree.map(lambda x: np.zeros(x.shape, x.dtype), hf_utils.params_of(shapes)))
+  out = np.asarray(jax.jit(module.apply)({"params": params}, jnp.asarray(ids), jnp.asarray(mask)))
+  with torch.no_grad():
+    ref = hf(input_ids=torch.from_numpy(ids[:2].astype(np.int64)),
+             attention_mask=torch.from_numpy(mask[:2].astype(np.int64))).text_embeds.numpy()
+  np.testing.assert_allclose(out[:2], ref, atol=1e-5, rtol=0)
