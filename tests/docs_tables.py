@@ -169,6 +169,7 @@ TABLES = [
     Table(R, "OVQA: the heads with the LM's MLM head frozen (the README's main command)", PER_SEED_M_R_U, index=2,
           record="ovqa_heads_mlmhead_trained_seeds"),
     Table(R, "OVQA: the JustAsk rows (seeds 42-44)", OVER_SEEDS, records=JUSTASK_RECORDS),
+    Table(R, "OVQA: the All-in-one rows (frames world, seeds 42-44)", OVER_SEEDS, record="ovqa_heads_allinone_seeds"),
     Table(R, "OVQA: Table 5, the verbalizer variants", ONE_RUN, record="ovqa_variants_4ep"),
     Table(R, "VIOLIN: Table 3, the input ablation", VIOLIN, record="violin_inputs"),
     Table(R, "E-VQA: the demo", EVQA, label="predictions", rows=EVQA_ROWS),

@@ -32,9 +32,9 @@ def test_every_mapped_cell_is_compared():
       if spec.rows is not None and spec.rows.get(label) is None:
         continue
       cells += sum(1 for h, c in zip(t.header, row) if spec.columns.get(h) and docs_tables.numbers(c))
-  # results.md 3x7 + 8x7 + 2x8 + 6x4 + 2x2 + 2x4 + 3x8 + 3x4 + 2x4 + 7x8 + 5x7 + 5x6 + 2x9 + 2x3 + 1x4; evqa.md 2x9;
-  # violin.md 5x6; justask.md 7x7 + 7x3 + 3x3
-  assert cells == 21 + 56 + 16 + 24 + 4 + 8 + 24 + 12 + 8 + 56 + 35 + 30 + 18 + 6 + 4 + 18 + 30 + 49 + 21 + 9
+  # results.md 3x7 + 8x7 + 2x8 + 6x4 + 2x2 + 2x4 + 3x8 + 3x4 + 2x4 + 7x8 + 3x8 + 5x7 + 5x6 + 2x9 + 2x3 + 1x4;
+  # evqa.md 2x9; violin.md 5x6; justask.md 7x7 + 7x3 + 3x3
+  assert cells == 21 + 56 + 16 + 24 + 4 + 8 + 24 + 12 + 8 + 56 + 24 + 35 + 30 + 18 + 6 + 4 + 18 + 30 + 49 + 21 + 9
 
 
 def test_parser_reads_compound_cells():
