@@ -24,7 +24,7 @@ Parameter paths (the authors' names, `AllinoneTransformerSS.state_dict()`, in `c
   token_type_embeddings/embedding; patch_embed/{kernel,bias}; cls_token, pos_embed, temporal_embed
   blocks_{i}/{norm1,norm2}, blocks_{i}/attn/{q_proj,k_proj,v_proj,out_proj} (their fused qkv split),
   blocks_{i}/mlp/{fc1,fc2}; norm; pooler/{kernel,bias}.
-The blocks reuse the CLIP towers' attention (clip_vision.CLIPAttention); the text embeddings are bert.BertEmbeddings.
+The blocks reuse the CLIP towers' attention (clip_common.CLIPAttention); the text embeddings are bert.BertEmbeddings.
 """
 
 import dataclasses
@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from evqa_jax.models import bert, clip_vision, hf_utils, layers
+from evqa_jax.models import bert, clip_common, hf_utils, layers
 from evqa_jax.models.layers import ACTIVATIONS
 
 # Their VideoTransform (backend "a100", the config default): torchvision's ImageNet statistics.
@@ -68,11 +68,7 @@ class AllInOneConfig:
 
   def __post_init__(self):
     layers.check_remat(self.remat)
-    object.__setattr__(self, "dtype", jnp.dtype(self.dtype))
-    object.__setattr__(self, "param_dtype", jnp.dtype(self.param_dtype))
-    if self.hidden_size % self.num_attention_heads:
-      raise ValueError(f"AllInOneConfig: hidden_size {self.hidden_size} is not a multiple of num_attention_heads "
-                       f"{self.num_attention_heads}")
+    layers.check_encoder_config(self)
     if self.image_size % self.patch_size:
       raise ValueError(f"AllInOneConfig: image_size {self.image_size} is not a multiple of patch_size "
                        f"{self.patch_size}")
@@ -163,7 +159,7 @@ class Block(nn.Module):
   @nn.compact
   def __call__(self, x, bias, deterministic: bool = True):
     cfg = self.config
-    h = clip_vision.CLIPAttention(cfg, name="attn")(layers.encoder_layer_norm(cfg, "norm1")(x), bias)
+    h = clip_common.CLIPAttention(cfg, name="attn")(layers.encoder_layer_norm(cfg, "norm1")(x), bias)
     h = nn.Dropout(cfg.drop_rate)(h, deterministic=deterministic)  # proj_drop
     x = x + drop_path(h, self.drop_path_rate, deterministic, self)
     h = Mlp(cfg, name="mlp")(layers.encoder_layer_norm(cfg, "norm2")(x), deterministic)

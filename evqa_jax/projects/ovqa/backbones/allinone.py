@@ -39,6 +39,7 @@ from evqa_jax.models import encoders, hf_utils, layers
 from evqa_jax.models.layers import ACTIVATIONS
 from evqa_jax.projects.ovqa.backbones import Backbone
 from evqa_jax.projects.ovqa.backbones import answer_encoders
+from evqa_jax.projects.ovqa.backbones.text import padded_tokens
 
 HEADS = ("open", "cvqa")
 
@@ -200,21 +201,16 @@ class AllInOne(Backbone):
   model_class = Model
   video_input = "frames"
 
-  @staticmethod
-  def init_from_missing(config) -> str:
-    return (f"config.pretrained.init_from is empty, but configs/ovqa_{config.dataset}.py:allinone (the paper's "
-            "settings) fine-tunes the authors' pretrained All-in-one: pass --config.pretrained.init_from=PATH/"
-            "all-in-one-base.ckpt (or its safetensors export), or --config.pretrained.init_from=none to start from "
-            "random weights")
+  paper_checkpoint = "all-in-one-base.ckpt (or its safetensors export)"
+  plain_encoder = "ViT and BERT embeddings (random weights)"
 
   def text_inputs(self, inp, example: dict) -> dict:
     """`[CLS] question [SEP]` ids and mask (their get_text: the bare question)."""
     question = str(example["question"])
     if not question.strip():
       raise ValueError(f"record {int(example['index'])} of {inp.data_dir}: empty question")
-    enc = inp.tokenizer(question, max_length=self.config.data.max_tokens, truncation=True, padding="max_length")
-    return {"text_ids": np.asarray(enc["input_ids"], np.int32),
-            "text_mask": np.asarray(enc["attention_mask"], np.int32)}
+    ids, mask = padded_tokens(inp.tokenizer, question, self.config.data.max_tokens)
+    return {"text_ids": ids, "text_mask": mask}
 
   @property
   def answer_spec(self):

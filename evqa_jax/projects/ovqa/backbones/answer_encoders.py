@@ -102,9 +102,8 @@ class AnswerEncoderSpec:
       ids[:], mask[:] = tokenize_answers(self.tokenizer, answers, n, pad_to)
       return ids, mask
     if len(answers):
-      enc = self.tokenizer(list(answers), max_length=n, truncation=True, padding="max_length")
-      ids[:len(answers)] = enc["input_ids"]
-      mask[:len(answers)] = np.asarray(enc["attention_mask"], bool)
+      from evqa_jax.projects.ovqa.backbones.text import padded_tokens
+      ids[:len(answers)], mask[:len(answers)] = padded_tokens(self.tokenizer, list(answers), n)
     return ids, mask
 
   def load(self, params: dict) -> dict:
