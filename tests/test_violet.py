@@ -24,6 +24,10 @@ FRAMES = np.random.RandomState(1).randint(0, 256, (2, 3, 32, 32, 3)).astype(np.u
 IDS = np.array([[1, 5, 6, 7, 0], [1, 9, 0, 0, 0]])
 
 
+def _init(module, seed, *args):
+  return module.init(jax.random.PRNGKey(seed), *args)
+
+
 def _noisy(params, seed=0, scale=0.3):
   """Random values everywhere (LayerNorms, biases and the bias table included), so no term hides at its init."""
   rng = np.random.RandomState(seed)
@@ -122,7 +126,7 @@ def test_shifted_block_matches_numpy_reference():
   half = (1, 2, 2)
   mask = video_swin.compute_mask(4, 8, 8, (2, 4, 4), half)
   block = video_swin.SwinBlock3D(SWIN, 8, 2, half)
-  params = _noisy(block.init(jax.random.PRNGKey(0), x, mask)["params"])
+  params = _noisy(_init(block, 0, x, mask)["params"])
   ours = np.asarray(jax.jit(lambda p, x: block.apply({"params": p}, x, mask))(params, x))
   ref = np_block(x.astype(np.float64), params, 2, SWIN.window_size, half)
   np.testing.assert_allclose(ours, ref, atol=2e-5, rtol=0)
@@ -135,7 +139,7 @@ def test_swin_forward_matches_numpy_reference():
   LayerNorm) on 3 frames of 32x32: [2, 3, 4, 4, 16]."""
   model = video_swin.SwinTransformer3D(SWIN)
   x = violet.normalize_frames(jnp.asarray(FRAMES))
-  params = _noisy(model.init(jax.random.PRNGKey(0), x)["params"], scale=0.2)
+  params = _noisy(_init(model, 0, x)["params"], scale=0.2)
   ours = np.asarray(jax.jit(model.apply)({"params": params}, x))
   ref = np_swin(FRAMES.astype(np.float64), params, SWIN)
   assert ours.shape == (2, 3, 4, 4, 16)
@@ -171,7 +175,7 @@ def test_cross_modal_head_loss_and_grads_match_transformers_bert():
   torch = pytest.importorskip("torch")
   transformers = pytest.importorskip("transformers")
   model = _model(num_answers=7)
-  params = _noisy(model.init(jax.random.PRNGKey(0), _batch())["params"], scale=0.1)
+  params = _noisy(_init(model, 0, _batch())["params"], scale=0.1)
   labels = np.array([3, 5])
 
   def loss_fn(p):
@@ -226,7 +230,7 @@ def test_open_head_scores_answer_embeddings():
   model = _model("open", answer_dim=6)
   enc = np.random.RandomState(3).standard_normal((4, 6)).astype(np.float32)
   vocab = {"answer_encodings": jnp.asarray(enc), "answer_mask": jnp.asarray([True, True, True, False])}
-  params = model.init(jax.random.PRNGKey(0), _batch(), vocab)["params"]
+  params = _init(model, 0, _batch(), vocab)["params"]
   logits = np.asarray(model.apply({"params": params}, _batch(), vocab))
   m = np.asarray(model.apply({"params": params}, model.apply({"params": params}, _batch(), method=model.feature),
                              method=model.fc))
@@ -268,7 +272,7 @@ def test_checkpoint_round_trip(tmp_path):
   width stays at init; a checkpoint of another window is refused, naming the buffer."""
   torch = pytest.importorskip("torch")
   model = _model(num_answers=7)
-  init = jax.tree.map(np.asarray, nn.meta.unbox(model.init(jax.random.PRNGKey(0), _batch())["params"]))
+  init = jax.tree.map(np.asarray, nn.meta.unbox(_init(model, 0, _batch())["params"]))
   source = _noisy(init, seed=5)
   state = _their_state(source, model)
   assert state["enc_img.swin.layers.0.blocks.0.attn.qkv.weight"].shape == (24, 8)
@@ -287,7 +291,7 @@ def test_checkpoint_round_trip(tmp_path):
   np.testing.assert_array_equal(loaded_st["swin"]["norm"]["scale"], source["swin"]["norm"]["scale"])
   # Another answer count: fc_3 keeps its init, everything else loads (their load_ckpt's shape test).
   other = _model(num_answers=5)
-  other_init = jax.tree.map(np.asarray, nn.meta.unbox(other.init(jax.random.PRNGKey(1), _batch())["params"]))
+  other_init = jax.tree.map(np.asarray, nn.meta.unbox(_init(other, 1, _batch())["params"]))
   loaded5, report5 = violet.load_checkpoint(other, pt, other_init)
   assert set(report5.missing) == {"fc_3/kernel", "fc_3/bias"}
   np.testing.assert_array_equal(loaded5["fc_3"]["kernel"], other_init["fc_3"]["kernel"])
