@@ -3,7 +3,7 @@ model, weights, text inputs and optimiser) are its entry of BACKBONES.
 
 The backbone is FrozenBiLM(+) by default (configs/ovqa_frozenbilm_common.py: the paper's main rows, with the GNN soft
 verbalizer); the variant of another backbone's name picks it (`:justask`: configs/ovqa_justask_common.py;
-`:allinone`: configs/ovqa_allinone_common.py). It is
+`:allinone`: configs/ovqa_allinone_common.py; `:violet`: configs/ovqa_violet_common.py). It is
 recorded as config.model.backbone, the key the library's table (evqa_jax/projects/ovqa/backbones/) reads.
 """
 
@@ -13,12 +13,14 @@ from configs import common
 from configs import ovqa_allinone_common
 from configs import ovqa_frozenbilm_common
 from configs import ovqa_justask_common
+from configs import ovqa_violet_common
 
 # config.model.backbone -> its config module: TITLE, OWN_VARIANTS (variants no other backbone has), RECORDS (its
 # records folder), apply(c, variants, worlds) (its settings), paper_shape(variants) (its text encoder's architecture
 # for shapes_only), SWEEPS (its sweeps) and optionally TINY_SHAPE (its `tiny` architecture; default TINY_BERT).
 # The first is the default; the others are picked by their name as a variant.
-BACKBONES = {"frozenbilm": ovqa_frozenbilm_common, "justask": ovqa_justask_common, "allinone": ovqa_allinone_common}
+BACKBONES = {"frozenbilm": ovqa_frozenbilm_common, "justask": ovqa_justask_common, "allinone": ovqa_allinone_common,
+             "violet": ovqa_violet_common}
 DEFAULT_BACKBONE = next(iter(BACKBONES))
 # Variants of every backbone.
 SHARED_VARIANTS = {"demo", "cvqa", "baseline", "paper", "released", "authors_eps", "bf16", "small", "tiny", "scale",

@@ -107,6 +107,8 @@ RULES = (
     ("pretrained.*shape.mlp_ratio", POSITIVE_INT),
     ("pretrained.*shape.max_text_len", POSITIVE_INT),
     ("pretrained.*shape.roll_div", POSITIVE_INT),
+    ("pretrained.*shape.embed_dim", POSITIVE_INT),  # VIOLET's Video Swin (swin_shape; tuples are not numbers)
+    ("pretrained.*shape.in_chans", POSITIVE_INT),
     ("pretrained.*shape.*_eps", POSITIVE),
     ("pretrained.*shape.initializer_*", NON_NEGATIVE),
     ("pretrained.*shape.max_relative_positions", Num(-1, integer=True)),  # -1: max_position_embeddings

@@ -195,5 +195,5 @@ def test_ovqa_backbone_tables_agree():
     config = ovqa_msrvtt.get_config(",".join(filter(None, ("tiny", variant))))
     assert config.model.backbone == name
     assert set(config.model) <= {f.name for f in dataclasses.fields(cls.model_class)}
-  with pytest.raises(ValueError, match=r"config.model.backbone = 'nope': expected one of \('frozenbilm', 'justask', 'allinone'"):
+  with pytest.raises(ValueError, match=r"config.model.backbone = 'nope': expected one of \('frozenbilm', 'justask', 'allinone', 'violet'"):
     backbones.backbone_class("nope")

@@ -9,7 +9,6 @@ same weights; the loader on a tiny checkpoint with the authors' names and shapes
 import math
 import os
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -24,15 +23,13 @@ FRAMES = np.random.RandomState(1).randint(0, 256, (2, 3, 32, 32, 3)).astype(np.u
 IDS = np.array([[1, 5, 6, 7, 0], [1, 9, 0, 0, 0]])
 
 
-def _init(module, seed, *args):
-  return module.init(jax.random.PRNGKey(seed), *args)
-
-
-def _noisy(params, seed=0, scale=0.3):
-  """Random values everywhere (LayerNorms, biases and the bias table included), so no term hides at its init."""
+def _random(module, *args, seed=0, scale=0.3):
+  """Random parameters of `module` (shapes from jax.eval_shape: nothing compiled): N(0, scale) everywhere, LayerNorm
+  scales 1 + N(0, scale), so no term (biases, the bias table) hides at its init value."""
+  shapes = hf_utils.flatten_params(hf_utils.params_of(jax.eval_shape(module.init, jax.random.PRNGKey(0), *args)))
   rng = np.random.RandomState(seed)
-  return jax.tree.map(lambda x: np.asarray(x) + scale * rng.standard_normal(np.shape(x)).astype(np.float32),
-                      nn.meta.unbox(params))
+  return hf_utils.unflatten_params({k: (k.endswith("/scale") + scale * rng.standard_normal(v.shape)).astype(np.float32)
+                                    for k, v in shapes.items()})
 
 
 # ------------------------------------------------------------------------------------------ NumPy Video Swin
@@ -126,7 +123,7 @@ def test_shifted_block_matches_numpy_reference():
   half = (1, 2, 2)
   mask = video_swin.compute_mask(4, 8, 8, (2, 4, 4), half)
   block = video_swin.SwinBlock3D(SWIN, 8, 2, half)
-  params = _noisy(_init(block, 0, x, mask)["params"])
+  params = _random(block, x, mask)
   ours = np.asarray(jax.jit(lambda p, x: block.apply({"params": p}, x, mask))(params, x))
   ref = np_block(x.astype(np.float64), params, 2, SWIN.window_size, half)
   np.testing.assert_allclose(ours, ref, atol=2e-5, rtol=0)
@@ -139,7 +136,7 @@ def test_swin_forward_matches_numpy_reference():
   LayerNorm) on 3 frames of 32x32: [2, 3, 4, 4, 16]."""
   model = video_swin.SwinTransformer3D(SWIN)
   x = violet.normalize_frames(jnp.asarray(FRAMES))
-  params = _noisy(_init(model, 0, x)["params"], scale=0.2)
+  params = _random(model, x, scale=0.2)
   ours = np.asarray(jax.jit(model.apply)({"params": params}, x))
   ref = np_swin(FRAMES.astype(np.float64), params, SWIN)
   assert ours.shape == (2, 3, 4, 4, 16)
@@ -160,8 +157,8 @@ def test_relative_position_index_and_mask_by_hand():
 # ------------------------------------------------------------------------------------------ VIOLET vs transformers
 
 
-def _model(head="cvqa", **kw):
-  return violet.Violet(SWIN, bert.BertConfig(**TEXT), head=head, max_patches=16, **kw)
+def _model(out_size=7):
+  return violet.Violet(SWIN, bert.BertConfig(**TEXT), out_size, max_patches=16)
 
 
 def _batch():
@@ -174,8 +171,8 @@ def test_cross_modal_head_loss_and_grads_match_transformers_bert():
   head: VIOLET_QAOE.forward + CrossEntropyLoss to float32 precision."""
   torch = pytest.importorskip("torch")
   transformers = pytest.importorskip("transformers")
-  model = _model(num_answers=7)
-  params = _noisy(_init(model, 0, _batch())["params"], scale=0.1)
+  model = _model(7)
+  params = _random(model, _batch(), scale=0.1)
   labels = np.array([3, 5])
 
   def loss_fn(p):
@@ -225,19 +222,6 @@ def _hf_state(params, model):
 # ------------------------------------------------------------------------------------------ VIOLET+ and the loader
 
 
-def test_open_head_scores_answer_embeddings():
-  """VIOLET+: logits = fc(feature) . a over the frozen answer embeddings (padding slots at the float32 minimum)."""
-  model = _model("open", answer_dim=6)
-  enc = np.random.RandomState(3).standard_normal((4, 6)).astype(np.float32)
-  vocab = {"answer_encodings": jnp.asarray(enc), "answer_mask": jnp.asarray([True, True, True, False])}
-  params = _init(model, 0, _batch(), vocab)["params"]
-  logits = np.asarray(model.apply({"params": params}, _batch(), vocab))
-  m = np.asarray(model.apply({"params": params}, model.apply({"params": params}, _batch(), method=model.feature),
-                             method=model.fc))
-  np.testing.assert_allclose(logits[:, :3], m @ enc[:3].T, atol=1e-6, rtol=0)
-  assert (logits[:, 3] == np.finfo(np.float32).min).all()
-
-
 def _their_state(params, model):
   """Our params -> a state dict with the authors' names and shapes (the loader's rules inverted by their shapes)."""
   flat = hf_utils.flatten_params(params)
@@ -271,9 +255,9 @@ def test_checkpoint_round_trip(tmp_path):
   with trust_pickles, or read as plain tensors) and .safetensors loads back to the same parameters; a head of another
   width stays at init; a checkpoint of another window is refused, naming the buffer."""
   torch = pytest.importorskip("torch")
-  model = _model(num_answers=7)
-  init = jax.tree.map(np.asarray, nn.meta.unbox(_init(model, 0, _batch())["params"]))
-  source = _noisy(init, seed=5)
+  model = _model(7)
+  init = _random(model, _batch(), seed=4)
+  source = _random(model, _batch(), seed=5)
   state = _their_state(source, model)
   assert state["enc_img.swin.layers.0.blocks.0.attn.qkv.weight"].shape == (24, 8)
   assert state["enc_img.swin.patch_embed.proj.weight"].shape == (8, 3, 2, 4, 4)
@@ -290,8 +274,8 @@ def test_checkpoint_round_trip(tmp_path):
   loaded_st, _ = violet.load_checkpoint(model, st, init)
   np.testing.assert_array_equal(loaded_st["swin"]["norm"]["scale"], source["swin"]["norm"]["scale"])
   # Another answer count: fc_3 keeps its init, everything else loads (their load_ckpt's shape test).
-  other = _model(num_answers=5)
-  other_init = jax.tree.map(np.asarray, nn.meta.unbox(_init(other, 1, _batch())["params"]))
+  other = _model(5)
+  other_init = _random(other, _batch(), seed=6)
   loaded5, report5 = violet.load_checkpoint(other, pt, other_init)
   assert set(report5.missing) == {"fc_3/kernel", "fc_3/bias"}
   np.testing.assert_array_equal(loaded5["fc_3"]["kernel"], other_init["fc_3"]["kernel"])
@@ -301,3 +285,81 @@ def test_checkpoint_round_trip(tmp_path):
   save_file(bad, os.path.join(tmp_path, "bad.safetensors"))
   with pytest.raises(ValueError, match=r"bad.safetensors: enc_img.swin.layers.0.blocks.1.attn.relative_position_index"):
     violet.load_checkpoint(model, os.path.join(tmp_path, "bad.safetensors"), init)
+
+
+# ------------------------------------------------------------------------------------------ the OVQA backbone
+
+
+class _StubInput:
+  """What Backbone.build_model reads of the OVQA Input."""
+
+  def __init__(self, config, answers):
+    from evqa_jax import pretrained
+    self.tokenizer = pretrained.load_tokenizer(config.pretrained)
+    self.answers_train = answers
+    self.use_graph = False
+
+  def verbalizer_call(self):
+    return None
+
+
+def test_backbone_open_head_scores_frozen_answer_encodings():
+  """`:violet,tiny,baseline` (VIOLET+): logits = fc(feature) . e over the frozen answer encoder's encodings (MiniLM's
+  word embeddings, mean over sub-words), the same from the per-split precomputed encodings as from the tokens, padded
+  slots at the minimum; the encoder is out of the trained parameters; the question's mask is ids != 0."""
+  import re
+  from configs import ovqa_msrvtt
+  from evqa_jax.projects.ovqa import backbones
+  config = ovqa_msrvtt.get_config("violet,tiny,baseline")
+  bb = backbones.build(config)
+  answers = ["dog", "ice cream", "red"]
+  stub = _StubInput(config, answers)
+  model = bb.build_model(stub)
+  ids, mask = bb.answer_tokens(None, answers, 8)
+  aux = {"answer_tokens": jnp.asarray(ids), "answer_token_mask": jnp.asarray(mask),
+         "answer_mask": jnp.asarray(np.arange(8) < 3), "is_base": jnp.zeros((8,), bool)}
+  rs = np.random.RandomState(0)
+  q = bb.text_inputs(stub, {"question": "what is the dog doing?", "index": 0})["question_ids"]
+  assert q.shape == (25,) and q[0] == 101 and (q[q != 0][-1] == 102) and (q == 0).sum() > 0
+  batch = {"frames": jnp.asarray(rs.randint(0, 256, (2, 5, 32, 32, 3)), jnp.uint8),
+           "question_ids": jnp.asarray(np.stack([q, q]))}
+  shapes = hf_utils.params_of(jax.eval_shape(model.init, jax.random.PRNGKey(0), bb.dummy_batch(), aux))
+  params = bb.load_pretrained(jax.tree.map(lambda x: rs.normal(0, 0.1, x.shape).astype(x.dtype), shapes))
+
+  @jax.jit
+  def run(p, aux):
+    cached = bb.precompute_aux({"answer_encoder": p["answer_encoder"]}, aux)
+    out = model.network.apply({"params": p["violet"]}, batch)
+    return model.apply({"params": p}, batch, aux), model.apply({"params": p}, batch, cached), cached, out
+
+  logits, from_cache, cached, out = run(params, aux)
+  logits = np.asarray(logits)
+  assert logits.shape == (2, 8) and np.all(logits[:, 3:] == np.finfo(np.float32).min)
+  enc = np.asarray(cached["answer_encodings"])
+  table = np.asarray(params["answer_encoder"]["word_embeddings"])
+  cream = bb.answer_spec.tokenizer("ice cream", add_special_tokens=False)["input_ids"]
+  np.testing.assert_allclose(enc[1], table[cream].mean(0), atol=1e-7, rtol=0)
+  np.testing.assert_allclose(logits[:, :3], np.asarray(out) @ enc[:3].T, atol=1e-5, rtol=1e-6)
+  np.testing.assert_array_equal(np.asarray(from_cache), logits)
+  flat = hf_utils.flatten_params(params)
+  trained = [k for k in flat if any(re.search(p, k) for p in bb.trainable_patterns)]
+  assert sorted(set(flat) - set(trained)) == ["answer_encoder/word_embeddings"]
+
+
+@pytest.mark.parametrize("dataset,batch,topk", [("msvd", 10, 1000), ("msrvtt", 12, 1500), ("tgif", 10, 1540),
+                                                ("activitynet", 8, 1654)])
+def test_configs_follow_the_ovqa_appendix(dataset, batch, topk):
+  """`:violet` per dataset: OVQA appendix B (5 frames at 224, 32x32 patches, AdamW (0.9, 0.98) lr 1.2e-5 wd 1e-3, the
+  per-GPU batch and CVQA answer set of the dataset), the authors' 25 question tokens and constant lr."""
+  import importlib
+  from evqa_jax.projects.ovqa import backbones
+  config = importlib.import_module(f"configs.ovqa_{dataset}").get_config("violet,cvqa")
+  assert config.model.backbone == "violet" and config.model.head == "cvqa"
+  assert (config.data.num_frames, config.data.frame_size, config.data.max_tokens) == (5, 224, 25)
+  assert (config.batch_size, config.data.cvqa_topk) == (batch, topk)
+  o = config.optim
+  assert (o.name, o.lr, o.b1, o.b2, o.weight_decay, o.decay, o.warmup_fraction) == ("adam", 1.2e-5, 0.9, 0.98, 1e-3,
+                                                                                   "constant", 0.0)
+  config.pretrained.init_from = "none"
+  swin, text = backbones.backbone_class("violet")(config).configs()
+  assert swin.stride == 32 and swin.num_features == text.hidden_size == 768

@@ -15,23 +15,19 @@ The model of github.com/tsujuifu/pytorch_violet (model.py `EncImg`, `EncTxt`, `V
   masked by [ones; text mask];
 - the QA head reads the output at the first text slot ([CLS], index T(1+hw)) and applies `fc`: Dropout(0.1) ->
   Linear(768, 1536) -> ReLU -> Linear(1536, k) over the top-k train answers (head "cvqa"; their CrossEntropyLoss).
-- VIOLET+ (head "open"): the same MLP, its last Linear of width `answer_dim` (the frozen answer encoder's), gives
-  the answer feature m; logits = m . a for each answer embedding a of the active vocabulary (Eq. 8 of the OVQA paper,
-  no bias or temperature, as FrozenBiLM+ and JustAsk+ score), optionally through the GNN soft verbalizer. The OVQA
-  authors did not release their VIOLET+ code; this is the reading of their paper that keeps VIOLET's own head.
+- VIOLET+ (the OVQA backbone's head "open", evqa_jax/projects/ovqa/backbones/violet.py): the same MLP, its last
+  Linear as wide as the frozen answer encoder's embeddings, gives the answer feature m; logits = m . a for each answer
+  embedding a of the active vocabulary (Eq. 8 of the OVQA paper, no bias or temperature, as FrozenBiLM+ and JustAsk+
+  score), optionally through the GNN soft verbalizer. The OVQA authors did not release their VIOLET+ code; this is
+  the reading of their paper that keeps VIOLET's own head, as All-in-one+ keeps All-in-one's classifier.
 
 Parameters (flat names; `checkpoint_rules` maps the authors' state dict onto them): `swin/...` (video_swin),
 `emb_cls`, `emb_pos`, `emb_len`, `img_norm`, `embeddings/...` and `encoder/layer_{i}/...` (bert.py's names),
-`fc_1`, `fc_3` (their `fc.1`, `fc.3`), `verbalizer/...`.
+`fc_1`, `fc_3` (their `fc.1`, `fc.3`).
 """
 
-import dataclasses
-from typing import Any, Optional
-
 import flax.linen as nn
-import jax
 import jax.numpy as jnp
-import jraph
 import numpy as np
 
 from evqa_jax.models import bert
@@ -39,7 +35,6 @@ from evqa_jax.models import hf_utils
 from evqa_jax.models import layers
 from evqa_jax.models import video_swin
 
-HEADS = ("cvqa", "open")
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
 
@@ -51,39 +46,26 @@ def normalize_frames(frames, dtype=jnp.float32):
 
 
 class Violet(nn.Module):
-  """`Violet(swin_config, text_config, head, num_answers | answer_dim, ...)`.
+  """`Violet(swin_config, text_config, out_size)`: VIOLET_QAOE without its loss.
 
-  __call__(batch, vocab=None, deterministic=True) -> logits `[b, A]` over the padded answer vocabulary (padding at the
-  float32 minimum). batch: `frames` uint8 `[b, T, H, W, 3]`, `question_ids` `[b, L]` int (mask: ids != 0).
-  vocab (the task's aux inputs): `answer_mask` `[A]`; head "open": `answer_encodings` `[A, answer_dim]` (the frozen
-  answer encoder's outputs, computed once per split), or with the verbalizer `node_encodings` `[N, answer_dim]` and the
-  padded graph (`senders`, `receivers`, `n_node`, `n_edge`, `is_base`).
+  __call__(batch, deterministic=True) -> `[b, out_size]`: fc over the text [CLS] row of the cross-modal transformer
+  (out_size: k, the top-k answers, for VIOLET's classifier; the answer encoder's width for VIOLET+'s answer feature).
+  batch: `frames` uint8 `[b, T, H, W, 3]`, `question_ids` `[b, L]` int (mask: ids != 0).
   """
   swin_config: video_swin.VideoSwinConfig
   text_config: bert.BertConfig
-  head: str = "cvqa"
-  num_answers: int = 0  # head "cvqa": k, the top-k train answers
-  answer_dim: int = 0  # head "open": the answer encoder's width
+  out_size: int
   max_frames: int = 6  # emb_len rows
   max_patches: int = 14 ** 2  # emb_pos rows - 1
   head_dropout: float = 0.1
-  verbalizer: Optional[dict] = None
-  verbalizer_call: Optional[dict] = None
 
   def setup(self):
     cfg, sc = self.text_config, self.swin_config
-    if self.head not in HEADS:
-      raise ValueError(f"config.model.head = {self.head!r}: VIOLET's heads are {HEADS}")
     if sc.num_features != cfg.hidden_size:
       raise ValueError(f"VIOLET: the Video Swin's {sc.num_features} features must equal the cross-modal "
                        f"transformer's hidden size {cfg.hidden_size}")
-    if self.head == "cvqa" and self.num_answers < 1:
-      raise ValueError("VIOLET: head 'cvqa' needs num_answers (the top-k train answers) >= 1")
-    if self.head == "open" and self.answer_dim < 1:
-      raise ValueError("VIOLET+: head 'open' needs answer_dim (the frozen answer encoder's width) >= 1")
-    if self.head != "open" and self.verbalizer is not None:
-      raise ValueError(f"config.model.head = {self.head!r} scores a fixed answer set: the GNN verbalizer is for "
-                       "head 'open' only (set config.verbalizer.variant = 'A')")
+    if self.out_size < 1:
+      raise ValueError(f"VIOLET: the head's output size must be >= 1, got {self.out_size}")
     h, dt, pdt = cfg.hidden_size, cfg.dtype, cfg.param_dtype
     self.swin = video_swin.SwinTransformer3D(sc)
     self.emb_cls = self.param("emb_cls", layers.normal(0.02, (None, None, None, "embed")), (1, 1, 1, h), pdt)
@@ -96,11 +78,7 @@ class Violet(nn.Module):
     self.encoder = bert.BertEncoder(cfg)
     self.fc_dropout = nn.Dropout(self.head_dropout)
     self.fc_1 = layers.encoder_dense(cfg, 2 * h, ("embed", "mlp"), "fc_1")
-    out = self.num_answers if self.head == "cvqa" else self.answer_dim
-    self.fc_3 = layers.encoder_dense(cfg, out, ("mlp", "classes" if self.head == "cvqa" else None), "fc_3")
-    if self.verbalizer is not None:
-      from evqa_jax.models.verbalizer import Verbalizer  # pylint: disable=g-import-not-at-top
-      self.verbalizer_module = Verbalizer(**self.verbalizer, dtype=dt, name="verbalizer")
+    self.fc_3 = layers.encoder_dense(cfg, self.out_size, ("mlp", None), "fc_3")
 
   def visual_tokens(self, frames, deterministic: bool = True):
     """uint8 frames `[b, T, H, W, 3]` -> `[b, T(1 + hw), hidden]` (EncImg)."""
@@ -131,34 +109,10 @@ class Violet(nn.Module):
                           mask_index=cls)
     return out
 
-  def fc(self, x, deterministic: bool = True):
-    """Their `fc`: Dropout(0.1) -> Linear(h, 2h) -> ReLU -> Linear(2h, k or answer_dim)."""
-    return self.fc_3(nn.relu(self.fc_1(self.fc_dropout(x, deterministic=deterministic))))
-
-  def answer_embeddings(self, vocab):
-    """-> `[A, answer_dim]` of the (padded) active vocabulary: the frozen encodings, verbalized when configured."""
-    if self.verbalizer is None:
-      return jax.lax.stop_gradient(vocab["answer_encodings"])
-    nodes = jax.lax.stop_gradient(vocab["node_encodings"])
-    graph = jraph.GraphsTuple(nodes=nodes, edges=None, globals=None, senders=vocab["senders"],
-                              receivers=vocab["receivers"], n_node=vocab["n_node"], n_edge=vocab["n_edge"])
-    return self.verbalizer_module(graph, vocab["answer_mask"].shape[0], vocab["is_base"],
-                                  **(self.verbalizer_call or {}))
-
-  def __call__(self, batch, vocab=None, deterministic: bool = True):
-    out = self.fc(self.feature(batch, deterministic), deterministic).astype(jnp.float32)
-    if self.head == "cvqa":
-      if vocab is None:
-        return out
-      pad = vocab["answer_mask"].shape[0] - self.num_answers
-      if pad < 0:
-        raise ValueError(f"VIOLET: the vocabulary holds {vocab['answer_mask'].shape[0]} slots but the head scores "
-                         f"{self.num_answers} answers")
-      logits = jnp.pad(out, ((0, 0), (0, pad)))
-    else:
-      answers = self.answer_embeddings(vocab)
-      logits = jnp.einsum("bd,ad->ba", out, answers.astype(jnp.float32))
-    return jnp.where(vocab["answer_mask"][None, :], logits, jnp.finfo(jnp.float32).min)
+  def __call__(self, batch, deterministic: bool = True):
+    """Their `fc` on the feature: Dropout(0.1) -> Linear(h, 2h) -> ReLU -> Linear(2h, out_size)."""
+    x = self.fc_dropout(self.feature(batch, deterministic), deterministic=deterministic)
+    return self.fc_3(nn.relu(self.fc_1(x)))
 
 
 # ------------------------------------------------------------------------------------------ weight import

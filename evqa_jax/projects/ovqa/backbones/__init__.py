@@ -22,6 +22,7 @@ BACKBONES = {
     "frozenbilm": "evqa_jax.projects.ovqa.backbones.frozenbilm:FrozenBiLM",  # FrozenBiLM+ and its CVQA rows
     "justask": "evqa_jax.projects.ovqa.backbones.justask:JustAsk",  # JustAsk and JustAsk+ (docs/justask.md)
     "allinone": "evqa_jax.projects.ovqa.backbones.allinone:AllInOne",  # All-in-one(+), from pixels
+    "violet": "evqa_jax.projects.ovqa.backbones.violet:Violet",  # VIOLET(+), from pixels (Video Swin + BERT)
 }
 
 

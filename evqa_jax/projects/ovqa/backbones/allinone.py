@@ -27,9 +27,7 @@ import dataclasses
 from typing import Any, Optional
 
 import flax.linen as nn
-import jax
 import jax.numpy as jnp
-import jraph
 import numpy as np
 
 from evqa_jax import io as io_lib
@@ -60,7 +58,7 @@ class VQAClassifier(nn.Module):
     return layers.dense(self.out_size, ("mlp", None), "fc2", self.dtype, stddev=0.02)(x)
 
 
-class Model(nn.Module):
+class Model(nn.Module, answer_encoders.FrozenAnswerHead):
   """All-in-one / All-in-one+; built as `Model(**config.model, vit=..., num_classes=..., answer_spec=...,
   verbalizer=..., verbalizer_call=...)`: the fields down to `remat` are config.model's.
 
@@ -114,49 +112,7 @@ class Model(nn.Module):
   def __call__(self, batch, vocab, deterministic: bool = True):
     """-> logits `[b, A]` over the padded answer vocabulary (padding at the float32 minimum)."""
     out = self.vqa_classifier(self.features(batch, deterministic), deterministic).astype(jnp.float32)
-    n = vocab["answer_mask"].shape[0]
-    if self.head == "cvqa":
-      if n < self.num_classes:
-        raise ValueError(f"All-in-one: the vocabulary pads to {n} < {self.num_classes} classes")
-      logits = jnp.pad(out, ((0, 0), (0, n - self.num_classes)))
-    else:
-      logits = out @ self.answer_embeddings(vocab, deterministic).astype(jnp.float32).T
-    return jnp.where(vocab["answer_mask"][None, :], logits, jnp.finfo(jnp.float32).min)
-
-  # -- the frozen answer encoder (head "open") ------------------------------------------------------------------
-  def _encoded(self, vocab, kind: str):
-    if f"{kind}_encodings" in vocab:
-      return vocab[f"{kind}_encodings"]
-    out = self.answer_encoder_module(vocab[f"{kind}_tokens"], vocab[f"{kind}_token_mask"])
-    return jax.lax.stop_gradient(out)
-
-  def encode_vocab(self, vocab):
-    """`vocab` with the answer (and graph-node) tokens replaced by the frozen encoder's outputs
-    (`answer_encodings`, `node_encodings`): computed once per split (the backbone's precompute_aux)."""
-    vocab = dict(vocab)
-    for kind in ("answer", "node"):
-      if f"{kind}_tokens" in vocab:
-        vocab[f"{kind}_encodings"] = self._encoded(vocab, kind)
-        del vocab[f"{kind}_tokens"], vocab[f"{kind}_token_mask"]
-    return vocab
-
-  def answer_embeddings(self, vocab, deterministic: bool = True):
-    """-> `[A, E]` the active vocabulary's answer embeddings, through the verbalizer when configured."""
-    del deterministic
-    answers = self._encoded(vocab, "answer")
-    if self.verbalizer is None:
-      return answers
-    if "node_features" in vocab:  # the OVQA authors' graphs carry DeBERTa-xlarge node features
-      nodes = vocab["node_features"]
-      if nodes.shape[-1] != answers.shape[-1]:
-        raise ValueError(f"the answer graphs' node features are {nodes.shape[-1]}-d but the answer encoder's "
-                         f"embeddings are {answers.shape[-1]}-d (config.model.answer_encoder / graph.source)")
-    else:
-      nodes, answers = self._encoded(vocab, "node"), None  # the first A nodes are the answers themselves
-    graph = jraph.GraphsTuple(nodes=nodes, edges=None, globals=None, senders=vocab["senders"],
-                              receivers=vocab["receivers"], n_node=vocab["n_node"], n_edge=vocab["n_edge"])
-    return self.verbalizer_module(graph, vocab["answer_mask"].shape[0], vocab["is_base"], answers=answers,
-                                  **(self.verbalizer_call or {}))
+    return self.score(out, vocab, self.num_classes, self.head == "cvqa", "All-in-one")
 
 
 # ------------------------------------------------------------------------------------------ weight import
@@ -193,7 +149,7 @@ def load_checkpoint(model: Model, path: str, params: dict, trust_pickles: bool =
   return hf_utils.unflatten_params(flat), report
 
 
-class AllInOne(Backbone):
+class AllInOne(answer_encoders.FrozenAnswerBackbone, Backbone):
   """All-in-one (head "cvqa") and All-in-one+ (head "open", optionally with the GNN verbalizer)."""
   title = "All-in-one"
   variant = "allinone"
@@ -211,19 +167,6 @@ class AllInOne(Backbone):
       raise ValueError(f"record {int(example['index'])} of {inp.data_dir}: empty question")
     ids, mask = padded_tokens(inp.tokenizer, question, self.config.data.max_tokens)
     return {"text_ids": ids, "text_mask": mask}
-
-  @property
-  def answer_spec(self):
-    if getattr(self, "_answer_spec", None) is None:
-      self._answer_spec = answer_encoders.build(  # pylint: disable=attribute-defined-outside-init
-          self.config, encoders.dtype(self.config.model.dtype))
-    return self._answer_spec
-
-  def answer_tokens(self, inp, answers, pad_to: int):
-    """The frozen answer encoder's tokens (head "open"); the classifier reads none (one empty column)."""
-    if self.config.model.head == "cvqa":
-      return np.zeros((pad_to, 1), np.int32), np.zeros((pad_to, 1), np.bool_)
-    return self.answer_spec.tokens(answers, pad_to)
 
   def vit_config(self, inp=None) -> allinone_lib.AllInOneConfig:
     config = self.config
@@ -257,33 +200,14 @@ class AllInOne(Backbone):
             "text_mask": jnp.ones((1, dc.max_tokens), jnp.int32)}
 
   def load_pretrained(self, params: dict) -> dict:
-    params = dict(hf_utils.params_of(params))
+    params = self.load_answer_encoder(params)
     self.verbalizer_from_checkpoint = False
-    if "answer_encoder" in params:
-      params["answer_encoder"] = self.answer_spec.load(params["answer_encoder"])
-      if self.answer_spec.folder:
-        log.info(f"Loaded the frozen {self.answer_spec.kind} answer encoder from {self.answer_spec.folder}")
     if not self.init_from:
       return params
     path = io_lib.local_copy(self.init_from, "init_from")
     params, report = load_checkpoint(self.model, path, params, trust_pickles=self.config.trust_pickles)
     log.info(f"Initialised from All-in-one checkpoint {self.init_from}: {str(report).splitlines()[0]}")
     return params
-
-  @property
-  def trainable_patterns(self) -> tuple:
-    """config.trainable, less the frozen answer encoder."""
-    return tuple(f"^(?!answer_encoder/).*(?:{p})" for p in self.config.trainable)
-
-  @property
-  def precomputes_aux(self) -> bool:
-    """Head "open": the frozen answer encoder's outputs over the answers / graph nodes, once per split."""
-    return self.config.model.head == "open"
-
-  def precompute_aux(self, frozen_params, aux):
-    if not self.precomputes_aux:
-      return aux
-    return self.model.apply({"params": frozen_params}, aux, method=self.model.encode_vocab)
 
   def describe(self, inp) -> str:
     vc, k, vit = self.config.verbalizer, len(inp.answers_train), self.model.vit_config

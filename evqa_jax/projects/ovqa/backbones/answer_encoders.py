@@ -25,7 +25,9 @@ import os
 from typing import Any
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
+import jraph
 import numpy as np
 
 from evqa_jax import pretrained
@@ -161,3 +163,102 @@ def build(config, dtype=jnp.float32) -> AnswerEncoderSpec:
   return AnswerEncoderSpec(kind=kind, folder=folder if pretrained.has_checkpoint(folder) else "", dim=dim,
                            max_subwords=int(config.data.answer_max_subwords), tokenizer=tokenizer,
                            module_config=module_config, dtype=dtype)
+
+
+class FrozenAnswerHead:
+  """The "+" head's answer side, shared by the pixel backbones' Flax models (a mixin of an nn.Module whose setup
+  sets `answer_encoder_module` (`spec.module()`), `verbalizer` (config or None) and `verbalizer_module`, and which
+  has `verbalizer_call`): the frozen encoder's outputs over the vocabulary, once per split (`encode_vocab`), the answer
+  embeddings through the GNN verbalizer when configured, and the logits of a feature against them (`score`)."""
+
+  def _encoded(self, vocab, kind: str):
+    if f"{kind}_encodings" in vocab:
+      return vocab[f"{kind}_encodings"]
+    out = self.answer_encoder_module(vocab[f"{kind}_tokens"], vocab[f"{kind}_token_mask"])
+    return jax.lax.stop_gradient(out)
+
+  def encode_vocab(self, vocab):
+    """`vocab` with the answer (and graph-node) tokens replaced by the frozen encoder's outputs
+    (`answer_encodings`, `node_encodings`): computed once per split (the backbone's precompute_aux)."""
+    vocab = dict(vocab)
+    for kind in ("answer", "node"):
+      if f"{kind}_tokens" in vocab:
+        vocab[f"{kind}_encodings"] = self._encoded(vocab, kind)
+        del vocab[f"{kind}_tokens"], vocab[f"{kind}_token_mask"]
+    return vocab
+
+  def answer_embeddings(self, vocab, deterministic: bool = True):
+    """-> `[A, E]` the active vocabulary's answer embeddings, through the verbalizer when configured."""
+    del deterministic
+    answers = self._encoded(vocab, "answer")
+    if self.verbalizer is None:
+      return answers
+    if "node_features" in vocab:  # the OVQA authors' graphs carry DeBERTa-xlarge node features
+      nodes = vocab["node_features"]
+      if nodes.shape[-1] != answers.shape[-1]:
+        raise ValueError(f"the answer graphs' node features are {nodes.shape[-1]}-d but the answer encoder's "
+                         f"embeddings are {answers.shape[-1]}-d (config.model.answer_encoder / graph.source)")
+    else:
+      nodes, answers = self._encoded(vocab, "node"), None  # the first A nodes are the answers themselves
+    graph = jraph.GraphsTuple(nodes=nodes, edges=None, globals=None, senders=vocab["senders"],
+                              receivers=vocab["receivers"], n_node=vocab["n_node"], n_edge=vocab["n_edge"])
+    return self.verbalizer_module(graph, vocab["answer_mask"].shape[0], vocab["is_base"], answers=answers,
+                                  **(self.verbalizer_call or {}))
+
+  def score(self, out, vocab, num_classes: int, closed: bool, title: str):
+    """The head's output `[b, k]` (closed: the classifier's logits over the top-k answers) or `[b, E]` (the answer
+    feature) -> logits `[b, A]` over the padded answer vocabulary (padding at the float32 minimum)."""
+    n = vocab["answer_mask"].shape[0]
+    if closed:
+      if n < num_classes:
+        raise ValueError(f"{title}: the vocabulary pads to {n} < {num_classes} classes")
+      logits = jnp.pad(out, ((0, 0), (0, n - num_classes)))
+    else:
+      logits = out @ self.answer_embeddings(vocab).astype(jnp.float32).T
+    return jnp.where(vocab["answer_mask"][None, :], logits, jnp.finfo(jnp.float32).min)
+
+
+class FrozenAnswerBackbone:
+  """The frozen answer encoder's part of a pixel backbone (a mixin placed before `Backbone`; its model mixes in
+  `FrozenAnswerHead` and has `encode_vocab`): the spec of config.model.answer_encoder, the answer tokens of head
+  "open" (the closed classifier reads none), the encoder's weights, its parameters kept out of training, and its
+  outputs computed once per split."""
+
+  @property
+  def answer_spec(self) -> AnswerEncoderSpec:
+    if getattr(self, "_answer_spec", None) is None:
+      from evqa_jax.models import encoders  # pylint: disable=g-import-not-at-top
+      self._answer_spec = build(self.config, encoders.dtype(self.config.model.dtype))  # pylint: disable=attribute-defined-outside-init
+    return self._answer_spec
+
+  def answer_tokens(self, inp, answers, pad_to: int):
+    """The frozen answer encoder's tokens (head "open"); the classifier reads none (one empty column)."""
+    del inp
+    if self.config.model.head == "cvqa":
+      return np.zeros((pad_to, 1), np.int32), np.zeros((pad_to, 1), np.bool_)
+    return self.answer_spec.tokens(answers, pad_to)
+
+  def load_answer_encoder(self, params: dict) -> dict:
+    """Host params -> params with the `answer_encoder` subtree from the spec's folder (when the model has one)."""
+    params = dict(hf_utils.params_of(params))
+    if "answer_encoder" in params:
+      params["answer_encoder"] = self.answer_spec.load(params["answer_encoder"])
+      if self.answer_spec.folder:
+        from evqa_jax import log  # pylint: disable=g-import-not-at-top
+        log.info(f"Loaded the frozen {self.answer_spec.kind} answer encoder from {self.answer_spec.folder}")
+    return params
+
+  @property
+  def trainable_patterns(self) -> tuple:
+    """config.trainable, less the frozen answer encoder."""
+    return tuple(f"^(?!answer_encoder/).*(?:{p})" for p in self.config.trainable)
+
+  @property
+  def precomputes_aux(self) -> bool:
+    """Head "open": the frozen answer encoder's outputs over the answers / graph nodes, once per split."""
+    return self.config.model.head == "open"
+
+  def precompute_aux(self, frozen_params, aux):
+    if not self.precomputes_aux:
+      return aux
+    return self.model.apply({"params": frozen_params}, aux, method=self.model.encode_vocab)
