@@ -98,8 +98,10 @@ class Violet(nn.Module):
 
   def feature(self, batch, deterministic: bool = True):
     """-> `[b, hidden]`: the cross-modal transformer's output at the text's [CLS] (go_feat + go_cross)."""
-    ids = batch["question_ids"]
-    img = self.visual_tokens(batch["frames"], deterministic)
+    return self.cross(self.visual_tokens(batch["frames"], deterministic), batch["question_ids"], deterministic)
+
+  def cross(self, img, ids, deterministic: bool = True):
+    """Visual tokens `[b, V, hidden]` and question ids `[b, L]` -> the cross-modal output at the text's [CLS]."""
     txt = self.embeddings(ids, jnp.zeros_like(ids), None, deterministic)
     x = jnp.concatenate([img, txt.astype(img.dtype)], axis=1)
     mask = jnp.concatenate([jnp.ones(img.shape[:2], jnp.int32), (ids != 0).astype(jnp.int32)], axis=1)
@@ -109,10 +111,12 @@ class Violet(nn.Module):
                           mask_index=cls)
     return out
 
+  def fc(self, x, deterministic: bool = True):
+    """Their `fc`: Dropout(0.1) -> Linear(h, 2h) -> ReLU -> Linear(2h, out_size)."""
+    return self.fc_3(nn.relu(self.fc_1(self.fc_dropout(x, deterministic=deterministic))))
+
   def __call__(self, batch, deterministic: bool = True):
-    """Their `fc` on the feature: Dropout(0.1) -> Linear(h, 2h) -> ReLU -> Linear(2h, out_size)."""
-    x = self.fc_dropout(self.feature(batch, deterministic), deterministic=deterministic)
-    return self.fc_3(nn.relu(self.fc_1(x)))
+    return self.fc(self.feature(batch, deterministic), deterministic)
 
 
 # ------------------------------------------------------------------------------------------ weight import
