@@ -22,6 +22,7 @@ config.trust_pickles; or a safetensors export) by parameter name (models/violet.
 another width stays at init, as their load_ckpt. The answer encoder from config.pretrained.answer_dir.
 """
 
+import dataclasses
 from typing import Any, Optional
 
 import flax.linen as nn
@@ -65,7 +66,6 @@ class Model(nn.Module, answer_encoders.FrozenAnswerHead):
   @property
   def network(self) -> violet_lib.Violet:
     """The VIOLET network (unbound): what models/violet.load_checkpoint fills under `violet/`."""
-    import dataclasses  # pylint: disable=g-import-not-at-top
     dt = encoders.dtype(self.dtype)
     out = self.num_classes if self.head == "cvqa" else self.answer_spec.dim
     return violet_lib.Violet(dataclasses.replace(self.swin, dtype=dt),
