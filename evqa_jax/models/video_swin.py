@@ -22,9 +22,11 @@ between stages; the numbers are the same):
   channels, LayerNorm(4C), Linear(4C -> 2C, no bias).
 - The final LayerNorm over the last stage's features.
 
-Parameter names are theirs ("patch_embed/proj", "layers_{i}/blocks_{j}/attn/qkv", ...), so `load_rules` renames a
-state dict (`swin.` keys of VIOLET's checkpoints: models/violet.py). qkv's kernel is `[C, 3, heads, head_dim]` and the
-attention output projection's `[heads, head_dim, C]`, sharded over heads (logical axes as in bert.py).
+Parameter names follow theirs ("patch_embed/proj", "layers_{i}/blocks_{j}/norm1", ".../fc1", ".../attn/
+relative_position_bias_table", "layers_{i}/downsample/reduction", ...), so `load_rules` is a renaming of a state dict
+(the `enc_img.swin.` keys of VIOLET's checkpoints: models/violet.py). The attention's qkv Linear is `attn/kernel`
+`[C, 3, heads, head_dim]` and `attn/bias` `[3, heads, head_dim]`, its output projection `attn/proj_kernel`
+`[heads, head_dim, C]` and `attn/proj_bias`: sharded over heads (logical axes as in bert.py).
 """
 
 import dataclasses
