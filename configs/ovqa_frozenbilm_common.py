@@ -65,7 +65,10 @@ def apply(c: ml_collections.ConfigDict, variants: set, worlds: dict) -> None:
       # DeBERTa-v2's relative attention: "scores" gathers the c2p / p2c scores by the Toeplitz index, "rows" gathers
       # the projected relative rows and scores them by one matmul (same values; no activation-sized gather:
       # faster on TPUs by the compile table, docs/accelerators.md).
-      relative_gather="scores"))
+      relative_gather="scores",
+      # True: DeBERTa-v2's middle layers as one nn.scan over stacked params (same values; XLA compiles one layer
+      # body instead of L - 2; checkpoints of the unscanned model convert with deberta_v2.stack_layers).
+      scan_layers=False))
 
   # xxlarge: DeBERTa-v2-xxlarge instead of -xlarge. FrozenBiLM released no xxlarge checkpoint: training starts from
   # the plain LM in pretrained.dir (init_from optional). At 1.5B frozen parameters it needs a model axis on 16 GiB

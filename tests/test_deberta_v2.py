@@ -3,6 +3,7 @@ re-computation of FrozenBiLM's visual prefix, adapters and enhanced mask decoder
 
 import argparse
 import dataclasses
+import functools
 import json
 import os
 
@@ -536,3 +537,40 @@ def test_relative_gather_rows_in_the_whole_lm():
     _close(out["dpa"][key], out["scores"][key], atol=1e-6, rtol=1e-6)
   with pytest.raises(ValueError, match=r"relative_gather = 'diagonal'"):
     _config(cfg, relative_gather="diagonal")
+
+
+def test_scan_layers_equals_unrolled(world):
+  """scan_layers=True (the middle layers as one nn.scan over stacked params, remat inside) gives the unrolled
+  model's hidden states, [MASK] features and parameter gradients in float32 after `stack_layers` (4 layers: two
+  scanned; conv after layer 0, EMD on the last); `unstack_layers` inverts it; the checkpoint import stacks."""
+  cfg = dict(TINY, num_hidden_layers=4, num_visual_tokens=0)
+  ids = jnp.asarray(np.random.default_rng(3).integers(1, 61, (2, 11)), jnp.int32)
+  att = jnp.ones((2, 11), jnp.int32).at[0, 9:].set(0)
+  mask_index = jnp.asarray([4, 7], jnp.int32)
+  flat, scanned = _config(cfg), _config(cfg, scan_layers=True, remat="full")
+  params = _init(flat, seed=4)[1]["params"]
+  stacked = D.stack_layers(params, scanned)
+  enc = stacked["deberta"]["encoder"]
+  assert sorted(k for k in enc if k.startswith("layer")) == ["layer_0", "layer_3", "layers"]
+  assert enc["layers"]["layer"]["intermediate"]["dense"]["kernel"].shape == (2, 32, 48)
+  _, shapes = _abstract_init(scanned)  # the scanned model's own init has the stacked tree
+  assert jax.tree.map(np.shape, nn.meta.unbox(shapes)["params"]) == jax.tree.map(np.shape, stacked)
+  jax.tree.map(np.testing.assert_array_equal, D.unstack_layers(stacked, scanned), params)
+
+  def loss(config, p):
+    out = D.DebertaV2LM(config).apply({"params": p}, ids, att, mask_index=mask_index)
+    return jnp.sum(out["hidden"] ** 2) + jnp.sum(out["mask_feature"] * 3.0), out
+
+  (l_flat, out_flat), g_flat = jax.value_and_grad(functools.partial(loss, flat), has_aux=True)(params)
+  (l_scan, out_scan), g_scan = jax.value_and_grad(functools.partial(loss, scanned), has_aux=True)(stacked)
+  for key in ("hidden", "mask_feature"):
+    _close(out_scan[key], out_flat[key])
+  _close(l_scan, l_flat)
+  jax.tree.map(_close, D.unstack_layers(g_scan, scanned), g_flat)
+  # The pretrained import of a scanned model is the unrolled import, stacked (3 layers: layer_1 scanned).
+  tiny, tiny_scanned = _config(TINY, enhanced_mask_decoder=False), _config(TINY, enhanced_mask_decoder=False,
+                                                                            scan_layers=True)
+  want, _ = D.load_hf_params(tiny, world["hf_dir"])
+  got, report = D.load_hf_params(tiny_scanned, world["hf_dir"])
+  assert not report.missing and not report.unused
+  jax.tree.map(np.testing.assert_array_equal, got, D.stack_layers(want, tiny_scanned))

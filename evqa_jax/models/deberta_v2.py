@@ -113,6 +113,10 @@ class DebertaV2Config:
   # `jax.nn.dot_product_attention` (cuDNN's fused attention on a GPU; no attention-probability dropout, so training
   # needs attention_probs_dropout_prob = 0).
   relative_gather: str = "scores"
+  # True: the layers between the first (which the conv follows) and the last (which the EMD reuses) run as one
+  # `nn.scan` over parameters stacked on a leading axis (encoder/layers/layer/..., `stack_layers`): XLA compiles
+  # one layer body instead of L - 2. Same values as False (tests/test_deberta_v2.py).
+  scan_layers: bool = False
 
   def __post_init__(self):
     layers.check_remat(self.remat)
@@ -573,6 +577,50 @@ class ConvLayer(nn.Module):
     return _layer_norm(cfg, "LayerNorm")(layer_output + out) * m
 
 
+class _ScanStep(nn.Module):
+  """One layer as an `nn.scan` step (DebertaV2Encoder with scan_layers): carry x [b, S, H] -> (x, None)."""
+  config: DebertaV2Config
+
+  @nn.compact
+  def __call__(self, x, mask, rel_embeddings, deterministic, rel_rows, rel_diag):
+    layer_cls = layers.maybe_remat(DebertaV2Layer, self.config.remat, static_argnums=(6, 7, 8))
+    x = layer_cls(self.config, name="layer")(x, x, mask, rel_embeddings, None, deterministic, rel_rows, rel_diag)
+    return nn.with_logical_constraint(x, ("batch", "length", "embed")), None
+
+
+def _middle_layers(config) -> range:
+  n = config.num_hidden_layers
+  return range(1, n - 1) if config.scan_layers and n > 2 else range(0)
+
+
+def stack_layers(params, config: DebertaV2Config):
+  """Unscanned DebertaV2LM params (encoder/layer_{i}; a params tree or {"params": ...}) -> the scan_layers=True tree: layer_1 .. layer_{L-2} stacked
+  on a leading axis as encoder/layers/layer (layer_0 and layer_{L-1} stay). Identity unless config.scan_layers."""
+  middle = _middle_layers(config)
+  if not middle:
+    return params
+  if "deberta" not in params and "params" in params:  # {"params": ...} (model.init output)
+    return {**params, "params": stack_layers(params["params"], config)}
+  enc = dict(params["deberta"]["encoder"])
+  stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *[enc.pop(f"layer_{i}") for i in middle])
+  enc["layers"] = {"layer": stacked}
+  return {**params, "deberta": {**params["deberta"], "encoder": enc}}
+
+
+def unstack_layers(params, config: DebertaV2Config):
+  """The inverse of `stack_layers`: encoder/layers/layer [L - 2, ...] -> encoder/layer_1 .. layer_{L-2}."""
+  middle = _middle_layers(config)
+  if not middle:
+    return params
+  if "deberta" not in params and "params" in params:
+    return {**params, "params": unstack_layers(params["params"], config)}
+  enc = dict(params["deberta"]["encoder"])
+  stacked = enc.pop("layers")["layer"]
+  for j, i in enumerate(middle):
+    enc[f"layer_{i}"] = jax.tree.map(lambda x, j=j: x[j], stacked)
+  return {**params, "deberta": {**params["deberta"], "encoder": enc}}
+
+
 class DebertaV2Encoder(nn.Module):
   """The layer stack, relative embeddings, conv, and the enhanced mask decoder (which reuses the last layer)."""
   config: DebertaV2Config
@@ -580,7 +628,14 @@ class DebertaV2Encoder(nn.Module):
   def setup(self):
     cfg = self.config
     layer_cls = layers.maybe_remat(DebertaV2Layer, cfg.remat, static_argnums=(6, 7, 8))  # deterministic, rel_rows/diag
-    self.layer = [layer_cls(cfg, name=f"layer_{i}") for i in range(cfg.num_hidden_layers)]
+    n = cfg.num_hidden_layers
+    if cfg.scan_layers and n > 2:
+      self.layer = [layer_cls(cfg, name="layer_0"), layer_cls(cfg, name=f"layer_{n - 1}")]
+      self.layers = nn.scan(_ScanStep, variable_axes={"params": 0}, split_rngs={"params": True, "dropout": True},
+                            in_axes=nn.broadcast, length=n - 2,
+                            metadata_params={nn.PARTITION_NAME: None})(cfg, name="layers")
+    else:
+      self.layer = [layer_cls(cfg, name=f"layer_{i}") for i in range(n)]
     if cfg.relative_attention:
       self.rel_embeddings = _embed(cfg, 2 * cfg.att_span, "rel_embeddings", (None, "embed"))
       if cfg.rel_layer_norm:
@@ -609,7 +664,10 @@ class DebertaV2Encoder(nn.Module):
     index, rows = self.rel_index(seq) if rel is not None else (None, None)
     diag = None if index is None else toeplitz_diagonal(index)
     x = prev = embeddings
+    scanned = self.config.scan_layers and self.config.num_hidden_layers > 2
     for i, layer in enumerate(self.layer):
+      if scanned and i == 1:
+        x, _ = self.layers(x, mask, rel, deterministic, rows, diag)
       prev = x
       x = layer(x, x, mask, rel, None, deterministic, rows, diag)
       if i == 0 and self.config.conv_kernel_size > 0:
@@ -850,6 +908,12 @@ def init_variables(config: DebertaV2Config, rng) -> Dict[str, Any]:
 
 
 def _load(config, ckpt, source, init_params, config_source="the encoder config", required=REQUIRED):
+  if _middle_layers(config):  # scan_layers: import as layer_{i}, then stack
+    if init_params is not None:
+      init_params = unstack_layers(hf_utils.params_of(init_params), config)
+    params, report = _load(dataclasses.replace(config, scan_layers=False), ckpt, source, init_params, config_source,
+                           required)
+    return stack_layers(params, config), report
   ckpt, rules = _canonical(ckpt), _rules(config)
   notes = []
   if init_params is None:

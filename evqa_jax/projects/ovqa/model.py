@@ -97,6 +97,8 @@ class Model(nn.Module):
     relative_gather: DeBERTa-v2's relative attention, "scores", "rows", "pallas" or "dpa"
       (DebertaV2Config.relative_gather; same values, "rows" has no activation-sized gather, "pallas" is one fused
       TPU kernel, "dpa" jax.nn.dot_product_attention (cuDNN on a GPU): accelerator levers).
+    scan_layers: DeBERTa-v2's middle layers as one nn.scan over stacked params (DebertaV2Config.scan_layers; same
+      values, one layer body to compile; checkpoints of the unscanned model convert with deberta_v2.stack_layers).
     dropout: LM and adapter dropout (None: the checkpoint's).
     dtype: compute dtype name ("float32", "bfloat16").
     encoder_config: the checkpoint's encoder architecture with the visual prefix (num_visual_tokens, visual_dim);
@@ -115,6 +117,7 @@ class Model(nn.Module):
   dtype: str = "float32"
   remat: str = "none"
   relative_gather: str = "scores"
+  scan_layers: bool = False
   encoder_config: Any = None
   num_classes: int = 0
   verbalizer: Optional[dict] = None
@@ -127,6 +130,10 @@ class Model(nn.Module):
                                         self.remat)
     if self.encoder == "deberta_v2":
       overrides["relative_gather"] = self.relative_gather
+      overrides["scan_layers"] = self.scan_layers
+    elif self.scan_layers:
+      raise ValueError(f"config.model.scan_layers = True is a DeBERTa-v2 setting; config.model.encoder is "
+                       f"{self.encoder!r}")
     elif self.relative_gather != "scores":
       raise ValueError(f"config.model.relative_gather = {self.relative_gather!r} is a DeBERTa-v2 setting; "
                        f"config.model.encoder is {self.encoder!r}")
