@@ -272,3 +272,16 @@ def test_every_reader_names_its_file_before_allocating(tmp_path):
   assert isinstance(e.value, ValueError) and str(e.value) == (
       f"answer vocabulary {tmp_path / 'vocab.json'}: a record has no field 'train_counts' (its fields: "
       "'vocab_train', 'categories')")
+
+
+def test_a_config_the_task_refuses_leaves_no_config_json(tmp_path):
+  """The task and its model check the config against the data (records, backbone limits) after the numeric rules:
+  the run's config.json is written only once they accept it, so a refused config leaves no record of a run."""
+  from evqa_jax.train import trainer  # pylint: disable=g-import-not-at-top
+  config = dict(_shipped_configs())["ovqa_msrvtt.py:demo"].copy_and_resolve_references()
+  config.data.synthetic = ""
+  config.data.dir = str(tmp_path / "absent" / "records")
+  workdir = tmp_path / "run"
+  with pytest.raises((ValueError, FileNotFoundError), match="absent"):
+    trainer.train_and_evaluate(config, str(workdir))
+  assert not (workdir / "config.json").exists()

@@ -107,8 +107,7 @@ def check_same_experiment(config, workdir: str) -> None:
 
 
 def check_workdir(config, workdir: str) -> None:
-  """Refuses to resume a workdir that holds another experiment's checkpoint."""
-  path = os.path.join(workdir, "config.json")
+  """Refuses to resume a workdir that holds another experiment's checkpoint (reads only: `record_config` writes)."""
   mine = config_identity(config)
   theirs = recorded_identity(workdir)
   if theirs is not None:
@@ -120,6 +119,13 @@ def check_workdir(config, workdir: str) -> None:
       raise ValueError(
           f"workdir {workdir} holds {held} of another experiment; it differs in "
           f"{'; '.join(diffs)}. Use a new --workdir or delete that one")
+
+
+def record_config(config, workdir: str) -> None:
+  """Writes workdir/config.json (identity, config, code version): after the task is built, so that a config the task
+  or its model refuses leaves no file behind."""
+  path = os.path.join(workdir, "config.json")
+  mine = config_identity(config)
   sync("evqa_jax:workdir_checked")  # everyone read the old file before process 0 replaces it
   if jax.process_index() == 0:
     io_lib.write_json(path, {"identity": mine, "config": json.loads(config.to_json_best_effort()),

@@ -96,6 +96,7 @@ def _train_and_evaluate(config, workdir: str, lease: safeguards.WorkdirLease) ->
   identity = workdir_lib.config_identity(config)
   is_main = jax.process_index() == 0
   task, mesh, rules, batch_shard = _build(config)
+  workdir_lib.record_config(config, workdir)  # once the task and its model accepted the config
 
   train_source = task.source(config.data.train_split)
   if len(train_source) == 0:
