@@ -98,8 +98,8 @@ def test_help_lists_every_config_files_variants(script):
   for name in files:
     module = __import__(f"configs.{name[:-3]}", fromlist=["VARIANTS"])
     assert f"configs/{name}: {', '.join(sorted(module.VARIANTS))}" in text, name
-  assert ("configs/ovqa_msrvtt.py: authors_eps, baseline, bf16, cvqa, cvqa_mlp, demo, justask, nbrworld, paper, released, "
-          "scale, shapes_only, small, tiny, xxlarge") in text
+  assert ("configs/ovqa_msrvtt.py: allinone, authors_eps, baseline, bf16, cvqa, cvqa_mlp, demo, justask, mlmhead, "
+          "mlmhead_trained, nbrworld, paper, released, scale, shapes_only, small, tiny, violet, xxlarge") in text
 
 
 def test_training_eval_line_and_tensorboard_scalars(tmp_path):
