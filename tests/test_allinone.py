@@ -23,6 +23,7 @@ from evqa_jax import io as io_lib  # noqa: E402
 from evqa_jax.models import allinone as lib  # noqa: E402
 from evqa_jax.models import hf_utils  # noqa: E402
 from evqa_jax.projects.ovqa.backbones import allinone as backbone_lib  # noqa: E402
+from backbone_inputs import StubInput  # noqa: E402
 
 CFG = lib.AllInOneConfig(vocab_size=60, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, image_size=32,
                          patch_size=8, num_frames=3, max_text_len=12)  # 16 patches: l = 17 image tokens, fold 2
@@ -347,19 +348,6 @@ def test_vision_tower_matches_transformers_vit():
 # ------------------------------------------------------------------------------------------ the OVQA backbone
 
 
-class _StubInput:
-  """What Backbone.build_model reads of the OVQA Input."""
-
-  def __init__(self, config, answers):
-    from evqa_jax import pretrained
-    self.tokenizer = pretrained.load_tokenizer(config.pretrained)
-    self.answers_train = answers
-    self.use_graph = False
-
-  def verbalizer_call(self):
-    return None
-
-
 @pytest.mark.parametrize("head", ["open", "cvqa"])
 def test_backbone_heads_and_frozen_answer_encoder(head):
   """`:allinone,tiny`: head "open" scores the classifier's output against the frozen answer encoder (MiniLM's word
@@ -370,7 +358,7 @@ def test_backbone_heads_and_frozen_answer_encoder(head):
   config = ovqa_msrvtt.get_config("allinone,tiny" + (",cvqa" if head == "cvqa" else ",baseline"))
   bb = backbones.build(config)
   answers = ["dog", "ice cream", "red"]
-  model = bb.build_model(_StubInput(config, answers))
+  model = bb.build_model(StubInput(config, answers))
   ids, mask = bb.answer_tokens(None, answers, 8)
   aux = {"answer_tokens": jnp.asarray(ids), "answer_token_mask": jnp.asarray(mask),
          "answer_mask": jnp.asarray(np.arange(8) < 3), "is_base": jnp.zeros((8,), bool)}

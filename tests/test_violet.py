@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from evqa_jax.models import bert, hf_utils, video_swin, violet
+from backbone_inputs import StubInput
 
 SWIN = video_swin.VideoSwinConfig(embed_dim=8, depths=(2, 2), num_heads=(2, 4), window_size=(2, 4, 4))
 TEXT = dict(vocab_size=40, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
@@ -295,19 +296,6 @@ def test_checkpoint_round_trip(tmp_path):
 # ------------------------------------------------------------------------------------------ the OVQA backbone
 
 
-class _StubInput:
-  """What Backbone.build_model reads of the OVQA Input."""
-
-  def __init__(self, config, answers):
-    from evqa_jax import pretrained
-    self.tokenizer = pretrained.load_tokenizer(config.pretrained)
-    self.answers_train = answers
-    self.use_graph = False
-
-  def verbalizer_call(self):
-    return None
-
-
 def test_backbone_open_head_scores_frozen_answer_encodings():
   """`:violet,tiny,baseline` (VIOLET+): logits = fc(feature) . e over the frozen answer encoder's encodings (MiniLM's
   word embeddings, mean over sub-words), the same from the per-split precomputed encodings as from the tokens, padded
@@ -318,7 +306,7 @@ def test_backbone_open_head_scores_frozen_answer_encodings():
   config = ovqa_msrvtt.get_config("violet,tiny,baseline")
   bb = backbones.build(config)
   answers = ["dog", "ice cream", "red"]
-  stub = _StubInput(config, answers)
+  stub = StubInput(config, answers)
   model = bb.build_model(stub)
   ids, mask = bb.answer_tokens(None, answers, 8)
   aux = {"answer_tokens": jnp.asarray(ids), "answer_token_mask": jnp.asarray(mask),
